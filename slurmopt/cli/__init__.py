@@ -1,0 +1,64 @@
+"""The ``slurmopt`` command line.
+
+One module per command group; this module only wires them together and
+maps every :class:`~slurmopt.errors.SlurmoptError` to a one-line message and
+its exit code (bad options exit 2, as click does).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from slurmopt import __version__
+from slurmopt.errors import SlurmoptError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="slurmopt")
+@click.option(
+    "--backend",
+    type=click.Choice(["cli", "rest", "pyslurm"]),
+    default="cli",
+    show_default=True,
+    envvar="SLURMOPT_BACKEND",
+    help="How to read Slurm: command-line JSON, slurmrestd, or pyslurm.",
+)
+@click.pass_context
+def cli(ctx: click.Context, backend: str) -> None:
+    """Topology- and fragmentation-aware scheduling for Slurm GPU clusters."""
+    ctx.ensure_object(dict)
+    ctx.obj["backend"] = backend
+
+
+def _register() -> None:
+    from slurmopt.cli.fragmentation import fragmentation
+    from slurmopt.cli.topology import topology
+
+    cli.add_command(fragmentation)
+    cli.add_command(topology)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run the CLI, turning slurmopt errors into one line and an exit code."""
+    try:
+        cli.main(args=argv, prog_name="slurmopt", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("slurmopt: aborted", err=True)
+        sys.exit(130)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        sys.exit(2)
+    except click.ClickException as exc:
+        click.echo(f"slurmopt: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except SlurmoptError as exc:
+        click.echo(f"slurmopt: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        sys.exit(141)
+    sys.exit(0)
