@@ -34,6 +34,7 @@ UNAVAILABLE_FLAGS = frozenset(
         "DRAINED",
         "NOT_RESPONDING",
         "MAINTENANCE",
+        "MAINT",
         "RESERVED",
         "FAIL",
         "FAILING",

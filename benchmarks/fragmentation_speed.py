@@ -1,0 +1,213 @@
+"""How fast ``fragmentation_report`` is on large synthetic clusters, and how much memory it needs.
+
+For each size (512 and 4,096 nodes of 8 GPUs by default), a fresh Python
+process generates a fat tree (16 nodes per leaf, 16 leaves per pod), fills a
+snapshot with a seeded mix of running jobs (3,000 at 4,096 nodes, scaled by
+node count), and times (a) building the fabric and (b) producing the report,
+each the median of several repetitions.  Peak RSS is the child's own
+``ru_maxrss``, so sizes never share a heap.
+
+    python benchmarks/fragmentation_speed.py           # table, then one JSON object
+    python benchmarks/fragmentation_speed.py --json    # the JSON object only
+
+Targets at 4,096 nodes: report under 1 s, peak RSS under 500 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+GPUS_PER_NODE = 8
+NODES_PER_LEAF = 16
+LEAVES_PER_POD = 16
+JOBS_AT_4096 = 3000
+TARGET_SECONDS = 1.0
+TARGET_MB = 500.0
+
+# Job mix: (weight, nodes, gpus per node).  Mostly single-node jobs of 1-8
+# GPUs, some multi-node jobs of whole 8-GPU nodes.
+JOB_MIX = [
+    (0.22, 1, 1),
+    (0.17, 1, 2),
+    (0.21, 1, 4),
+    (0.25, 1, 8),
+    (0.08, 2, 8),
+    (0.04, 4, 8),
+    (0.02, 8, 8),
+    (0.01, 16, 8),
+]
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _build_snapshot(node_names: list[str], num_jobs: int, seed: int) -> Any:
+    """Place ``num_jobs`` jobs from JOB_MIX; jobs that find no room stay pending."""
+    from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
+
+    rng = random.Random(seed)
+    free = dict.fromkeys(node_names, GPUS_PER_NODE)
+    drained = set(rng.sample(node_names, max(1, len(node_names) // 100)))
+    for name in drained:
+        free[name] = 0
+    weights = [w for w, _, _ in JOB_MIX]
+    shapes = [(n, d) for _, n, d in JOB_MIX]
+    jobs = []
+    for job_id in range(1, num_jobs + 1):
+        nodes, per_node = rng.choices(shapes, weights)[0]
+        placed: list[str] = []
+        if nodes == 1:
+            for _ in range(32):  # random probing, as a busy scheduler's choices look
+                name = rng.choice(node_names)
+                if free[name] >= per_node:
+                    placed = [name]
+                    break
+        else:
+            start = rng.randrange(len(node_names))
+            for i in range(len(node_names)):
+                name = node_names[(start + i) % len(node_names)]
+                if free[name] == GPUS_PER_NODE:
+                    placed.append(name)
+                    if len(placed) == nodes:
+                        break
+            if len(placed) < nodes:
+                placed = []
+        for name in placed:
+            free[name] -= per_node
+        jobs.append(
+            Job(
+                job_id=job_id,
+                state=JobState.RUNNING if placed else JobState.PENDING,
+                partition="gpu",
+                nodes=tuple(placed),
+                node_count=nodes,
+                gpus_per_node=per_node,
+            )
+        )
+    nodes_out = []
+    for name in node_names:
+        alloc = 0 if name in drained else GPUS_PER_NODE - free[name]
+        state = (
+            NodeState.IDLE
+            if alloc == 0
+            else NodeState.ALLOCATED
+            if alloc == GPUS_PER_NODE
+            else NodeState.MIXED
+        )
+        nodes_out.append(
+            Node(
+                name=name,
+                state=state,
+                flags=frozenset({"DRAIN"}) if name in drained else frozenset(),
+                partitions=("gpu",),
+                gpus_total=GPUS_PER_NODE,
+                gpus_alloc=alloc,
+                cpus=128,
+                alloc_cpus=alloc * 16,
+            )
+        )
+    return ClusterSnapshot.build(
+        time.time(), nodes_out, jobs, [Partition("gpu", tuple(node_names), default=True)]
+    )
+
+
+def _median_seconds(fn: Any, reps: int) -> tuple[float, Any]:
+    times, result = [], None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), result
+
+
+def run_child(num_nodes: int, reps: int, seed: int) -> dict[str, Any]:
+    """One size, in this process: time the fabric and the report, then read peak RSS."""
+    from slurmopt.fabric.generators import fat_tree
+    from slurmopt.policy.fragmentation import fragmentation_report
+
+    rss_after_imports = _peak_rss_mb()
+    fabric_s, fabric = _median_seconds(
+        lambda: fat_tree(num_nodes, NODES_PER_LEAF, LEAVES_PER_POD), reps
+    )
+    num_jobs = round(JOBS_AT_4096 * num_nodes / 4096)
+    snapshot = _build_snapshot(sorted(fabric.compute_nodes), num_jobs, seed)
+    report_s, report = _median_seconds(
+        lambda: fragmentation_report(snapshot, fabric, partition="gpu"), reps
+    )
+    return {
+        "nodes": num_nodes,
+        "gpus": num_nodes * GPUS_PER_NODE,
+        "jobs": num_jobs,
+        "running_jobs": sum(1 for j in snapshot.jobs.values() if j.is_active),
+        "leaves": len(fabric.leaves()),
+        "repetitions": reps,
+        "fabric_s": round(fabric_s, 6),
+        "report_s": round(report_s, 6),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "rss_after_imports_mb": round(rss_after_imports, 1),
+        "free_gpus": report.free_gpus,
+        "fragmentation_index": round(report.fragmentation_index, 4),
+        "fgd_unusable_share": report.fgd_unusable_share and round(report.fgd_unusable_share, 4),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print only the JSON object")
+    parser.add_argument("--sizes", default="512,4096", help="node counts, comma-separated")
+    parser.add_argument("--reps", type=int, default=5, help="repetitions per timing (median)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.child:
+        print(json.dumps(run_child(args.child, args.reps, args.seed)))
+        return
+
+    results = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        argv = [sys.executable, __file__, "--child", str(size), "--reps", str(args.reps)]
+        proc = subprocess.run(
+            [*argv, "--seed", str(args.seed)], capture_output=True, text=True, check=True
+        )
+        results.append(json.loads(proc.stdout))
+
+    summary: dict[str, Any] = {"benchmark": "fragmentation_speed", "results": results}
+    by_size = {r["nodes"]: r for r in results}
+    if 512 in by_size and 4096 in by_size:
+        small, large = by_size[512], by_size[4096]
+        summary["ratio_4096_over_512"] = {
+            "report_s": round(large["report_s"] / small["report_s"], 2),
+            "fabric_s": round(large["fabric_s"] / small["fabric_s"], 2),
+            "peak_rss_mb": round(large["peak_rss_mb"] / small["peak_rss_mb"], 2),
+        }
+        summary["targets_met_at_4096"] = {
+            "report_under_1s": large["report_s"] < TARGET_SECONDS,
+            "rss_under_500mb": large["peak_rss_mb"] < TARGET_MB,
+        }
+
+    if not args.json:
+        header = f"{'nodes':>6} {'jobs':>5} {'running':>7} {'fabric ms':>10} {'report ms':>10}"
+        header += f" {'peak RSS MB':>12} {'frag index':>10} {'FGD':>6}"
+        print(header)
+        for r in results:
+            print(
+                f"{r['nodes']:>6} {r['jobs']:>5} {r['running_jobs']:>7} "
+                f"{r['fabric_s'] * 1000:>10.1f} {r['report_s'] * 1000:>10.1f} "
+                f"{r['peak_rss_mb']:>12.1f} {r['fragmentation_index']:>10.4f} "
+                f"{r['fgd_unusable_share'] or 0:>6.4f}"
+            )
+    print(json.dumps(summary, indent=None if args.json else 2))
+
+
+if __name__ == "__main__":
+    main()
