@@ -53,13 +53,15 @@ class SlurmSandbox:
             list(argv), env=self.env, capture_output=True, text=True, input=input, timeout=60
         )
         if check and proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
+            cmd = " ".join(argv)
+            raise RuntimeError(f"{cmd} failed ({proc.returncode}): {proc.stderr.strip()}")
         return proc.stdout
 
     def sbatch(self, *args: str, wrap: str = "sleep 600") -> int:
         """Submit with plain sbatch; returns the job id."""
         out = self.run(
-            "sbatch", "--parsable", "-o", "/dev/null", "-D", str(self.workdir), *args, "--wrap", wrap
+            "sbatch", "--parsable", "-o", "/dev/null", "-D", str(self.workdir),
+            *args, "--wrap", wrap,
         )
         return int(out.strip().split(";")[0])
 
@@ -88,8 +90,9 @@ class SlurmSandbox:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             jobs = self.run("squeue", "-h", "-o", "%A", check=False).split()
-            busy = self.run("sinfo", "-h", "-N", "-t", "alloc,mix,comp,drain,down", "-o", "%N",
-                            check=False).split()
+            busy = self.run(
+                "sinfo", "-h", "-N", "-t", "alloc,mix,comp,drain,down", "-o", "%N", check=False
+            ).split()
             if not jobs and not busy:
                 return
             time.sleep(0.3)
