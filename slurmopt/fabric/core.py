@@ -12,11 +12,19 @@ Graph conventions (every loader and generator produces exactly these):
 
 A hop is one link: two nodes under the same leaf are 2 hops apart, under
 two leaves joined by one spine 4 hops.
+
+A compute node normally hangs off exactly one leaf.  A node wired straight
+to an upper switch (rare: a service node on a spine) keeps that real link;
+it has no leaf (:meth:`Fabric.leaf_of` is None, :meth:`Fabric.leaves` leaves
+it out, so leaf-block placement never picks it), but hop and span queries
+treat the switch it hangs off as its attachment point.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 
 import networkx as nx
@@ -24,16 +32,48 @@ import networkx as nx
 from slurmopt.errors import FabricError
 
 
+@dataclass(frozen=True, slots=True)
+class Span:
+    """How far apart a set of compute nodes is on the fabric.
+
+    ``leaves`` are the switches the members hang off (their leaves, or the
+    upper switch for a node wired straight to one), in name order.
+    ``max_hops`` is the largest hop count between two members (0 for one
+    node).  ``slowest_link_gbps`` is the lowest effective bandwidth
+    (``bandwidth_gbps / oversubscription``) their traffic crosses, or None
+    when there is no traffic (fewer than two members); see :meth:`Fabric.span`.
+    """
+
+    leaves: tuple[str, ...]
+    num_leaves: int
+    max_hops: int
+    slowest_link_gbps: float | None
+
+
+def effective_gbps(edge: Mapping[str, object]) -> float:
+    """A link's usable bandwidth: nominal bandwidth divided by its oversubscription."""
+    bandwidth = edge.get("bandwidth_gbps", 0.0)
+    oversub = edge.get("oversubscription", 1.0)
+    assert isinstance(bandwidth, int | float) and isinstance(oversub, int | float)
+    return float(bandwidth) / float(oversub or 1.0)
+
+
 class Fabric:
     """Read-only queries over a fabric graph.
 
-    Leaf-to-leaf distances are computed once, so the per-pair hop query is
-    a dictionary lookup even on clusters of thousands of nodes.
+    Distances from a leaf to every switch are computed the first time that
+    leaf is asked about and then cached, so hop and span queries are
+    dictionary lookups even on clusters of thousands of nodes.  ``source``
+    says where the description came from (a file, Slurm, a generator).
     """
 
-    def __init__(self, graph: nx.Graph, name: str = "") -> None:
+    def __init__(self, graph: nx.Graph, name: str = "", source: str = "") -> None:
         self.graph = graph
         self.name = name
+        self.source = source
+        self._from_switch: dict[
+            frozenset[tuple[str, float]], tuple[str, dict[str, int], dict[str, float]]
+        ] = {}
         leaf_of: dict[str, str] = {}
         for v, data in graph.nodes(data=True):
             if data.get("kind") != "node":
@@ -77,29 +117,164 @@ class Fabric:
         """Compute nodes directly under a leaf switch, in name order."""
         return self._nodes_by_leaf.get(leaf, ())
 
+    def attachment_of(self, node: str) -> str | None:
+        """The switch a compute node hangs off: its leaf, or the one upper switch it is wired to."""
+        leaf = self._leaf_of.get(node)
+        if leaf is not None:
+            return leaf
+        return self._off_leaf_attachment.get(node)
+
+    @cached_property
+    def _off_leaf_attachment(self) -> Mapping[str, str]:
+        attach: dict[str, str] = {}
+        for node in self.compute_nodes - self._leaf_of.keys():
+            switches = [u for u in self.graph.neighbors(node) if u in self.switches]
+            if len(switches) == 1:
+                attach[node] = switches[0]
+        return attach
+
+    def off_leaf_nodes(self) -> list[str]:
+        """Compute nodes under no leaf switch (wired to an upper switch, or to nothing)."""
+        return sorted(self.compute_nodes - self._leaf_of.keys())
+
+    def levels(self) -> dict[int, list[str]]:
+        """Switch names by level, lowest level first."""
+        by_level: dict[int, list[str]] = {}
+        for sw in sorted(self.switches):
+            by_level.setdefault(int(self.graph.nodes[sw].get("level", 0)), []).append(sw)
+        return dict(sorted(by_level.items()))
+
+    def uplinks(self, switch: str) -> list[str]:
+        """Switches one level or more above ``switch`` that it links to directly, in name order."""
+        level = self.graph.nodes[switch].get("level", 0)
+        return sorted(
+            u
+            for u in self.graph.neighbors(switch)
+            if u in self.switches and self.graph.nodes[u].get("level", 0) > level
+        )
+
+    def link_gbps(self, a: str, b: str) -> float:
+        """Effective bandwidth of the direct link between ``a`` and ``b``."""
+        return effective_gbps(self.graph.edges[a, b])
+
     # -- distances ----------------------------------------------------------------
     @cached_property
-    def _leaf_distances(self) -> Mapping[str, Mapping[str, int]]:
-        switch_graph = self.graph.subgraph(self.switches)
-        leaves = self.leaves()
+    def _switch_adjacency(self) -> Mapping[str, tuple[tuple[str, float], ...]]:
+        """Switch-to-switch links with their effective bandwidth, as plain tuples for speed."""
+        switches = self.switches
         return {
-            leaf: dict(nx.single_source_shortest_path_length(switch_graph, leaf)) for leaf in leaves
+            sw: tuple(
+                (u, effective_gbps(data)) for u, data in self.graph.adj[sw].items() if u in switches
+            )
+            for sw in switches
         }
+
+    @cached_property
+    def _signature(self) -> Mapping[str, frozenset[tuple[str, float]]]:
+        """Each switch's links as a set, so switches wired alike can share one search."""
+        return {sw: frozenset(links) for sw, links in self._switch_adjacency.items()}
+
+    def _distances_from(self, switch: str) -> tuple[str, dict[str, int], dict[str, float]]:
+        """Hops and widest-minimum-hop-path bandwidth from one switch to every switch it reaches.
+
+        Switches with exactly the same links (the leaves of one pod, say)
+        are the same distance from everything but each other, so they share
+        one search, made from the first of them asked about and returned
+        as the first item.  One breadth-first pass: a switch's width is the
+        best, over its predecessors on minimum-hop paths, of
+        min(predecessor's width, link).
+        """
+        adjacency = self._switch_adjacency
+        signature = self._signature[switch]
+        cached = self._from_switch.get(signature)
+        if cached is not None:
+            return cached
+        dist = {switch: 0}
+        width = {switch: float("inf")}
+        queue = deque([switch])
+        while queue:
+            u = queue.popleft()
+            du, wu = dist[u] + 1, width[u]
+            for v, gbps in adjacency[u]:
+                dv = dist.get(v)
+                if dv is None:
+                    dist[v] = du
+                    width[v] = min(wu, gbps)
+                    queue.append(v)
+                elif dv == du:
+                    width[v] = max(width[v], min(wu, gbps))
+        self._from_switch[signature] = (switch, dist, width)
+        return switch, dist, width
+
+    def _switch_distance(self, src: str, dst: str) -> tuple[int, float] | None:
+        """Hops and widest-minimum-hop-path bandwidth between two switches; None if unconnected."""
+        if src == dst:
+            return 0, float("inf")
+        origin, dist, width = self._distances_from(src)
+        if dst == origin:  # the search was made from dst, on src's behalf: read it backwards
+            dst = src
+        hops = dist.get(dst)
+        return None if hops is None else (hops, width[dst])
 
     def hops(self, a: str, b: str) -> int:
         """Links between two compute nodes (0 for the same node, 2 under one leaf)."""
         if a == b:
             return 0
-        la, lb = self._leaf_of.get(a), self._leaf_of.get(b)
+        la, lb = self.attachment_of(a), self.attachment_of(b)
         if la is None or lb is None:
             try:
                 return int(nx.shortest_path_length(self.graph, a, b))
             except (nx.NetworkXNoPath, nx.NodeNotFound) as exc:
                 raise FabricError(f"no path between {a} and {b}") from exc
-        dist = self._leaf_distances[la].get(lb)
-        if dist is None:
+        between = self._switch_distance(la, lb)
+        if between is None:
             raise FabricError(f"no path between {a} and {b}")
-        return dist + 2
+        return between[0] + 2
+
+    def span(self, nodes: Iterable[str]) -> Span:
+        """Leaves, worst hop count and slowest link for a set of compute nodes.
+
+        Worked out from the attachment switches spanned, never from all
+        node pairs.  On a multi-path fabric, traffic between two members is
+        taken to use the best of its minimum-hop paths (as ECMP routing
+        does): a pair's bottleneck is the widest minimum-hop path's
+        narrowest link, and ``slowest_link_gbps`` is the lowest of those
+        over all pairs, together with each member's own link to its switch.
+        Parallel paths are not added up: this is a per-link figure.
+        """
+        members = set(nodes)
+        attach: dict[str, str] = {}
+        for node in members:
+            sw = self.attachment_of(node)
+            if sw is None:
+                kind = "not in the fabric" if node not in self.compute_nodes else "under no switch"
+                raise FabricError(f"node {node} is {kind}")
+            attach[node] = sw
+        spanned = sorted(set(attach.values()))
+        if len(members) < 2:
+            return Span(tuple(spanned), len(spanned), 0, None)
+        slowest = min(self.link_gbps(node, sw) for node, sw in attach.items())
+        max_dist = 0
+        # Switches with the same links are 2 hops apart through their best shared
+        # neighbour, and equally far from every other switch: one pair per group.
+        groups: dict[frozenset[tuple[str, float]], list[str]] = {}
+        for sw in spanned:
+            groups.setdefault(self._signature[sw], []).append(sw)
+        for signature, same in groups.items():
+            if len(same) > 1:
+                if not signature:
+                    raise FabricError(f"no path between switches {same[0]} and {same[1]}")
+                max_dist = max(max_dist, 2)
+                slowest = min(slowest, max(gbps for _, gbps in signature))
+        representatives = [same[0] for same in groups.values()]
+        for i, src in enumerate(representatives):
+            for dst in representatives[i + 1 :]:
+                between = self._switch_distance(src, dst)
+                if between is None:
+                    raise FabricError(f"no path between switches {src} and {dst}")
+                max_dist = max(max_dist, between[0])
+                slowest = min(slowest, between[1])
+        return Span(tuple(spanned), len(spanned), max_dist + 2, slowest)
 
     # -- construction -------------------------------------------------------------
     @classmethod
@@ -109,6 +284,7 @@ class Fabric:
         spine: str | None = "spine",
         bandwidth_gbps: float = 200.0,
         name: str = "",
+        source: str = "",
     ) -> Fabric:
         """A two-level fabric: each leaf's nodes, all leaves under one spine."""
         g = nx.Graph()
@@ -121,9 +297,9 @@ class Fabric:
             for node in nodes:
                 g.add_node(node, kind="node")
                 g.add_edge(node, leaf, bandwidth_gbps=bandwidth_gbps, oversubscription=1.0)
-        return cls(g, name=name)
+        return cls(g, name=name, source=source)
 
     @classmethod
-    def flat(cls, nodes: Iterable[str], name: str = "flat") -> Fabric:
+    def flat(cls, nodes: Iterable[str], name: str = "flat", source: str = "") -> Fabric:
         """All nodes under one switch: the fabric when nothing better is known."""
-        return cls.from_leaf_map({"switch0": list(nodes)}, spine=None, name=name)
+        return cls.from_leaf_map({"switch0": list(nodes)}, spine=None, name=name, source=source)
