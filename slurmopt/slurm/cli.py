@@ -1,0 +1,234 @@
+"""The command-line adapter: Slurm's own ``squeue``/``sinfo``/``scontrol``/``scancel``/``sbatch``.
+
+Reads use the JSON each release offers (``squeue --json``; ``sinfo --json``
+on 22.05, ``scontrol show nodes --json`` from 23.02 on, where ``sinfo``
+groups nodes) and ``scontrol show partition -o`` where ``scontrol`` has no
+``--json``.  Writes are single ``scontrol``/``scancel``/``sbatch`` calls.
+
+The command runner is injected so tests can replay recorded output; the
+default one runs the real binaries with a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from slurmopt.errors import SlurmCommandError, SlurmResponseError, SlurmUnavailable
+from slurmopt.hostlist import fold
+from slurmopt.model import ClusterSnapshot
+from slurmopt.slurm import parse
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """What one Slurm command printed and returned."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+#: ``runner(argv, stdin, timeout_s) -> CommandResult``.  May raise ``FileNotFoundError``
+#: (missing binary) or ``subprocess.TimeoutExpired``; the client maps both to
+#: :class:`SlurmUnavailable`.
+CommandRunner = Callable[[Sequence[str], str | None, float], CommandResult]
+
+#: Phrases with which Slurm's commands say the controller cannot be reached.
+_UNREACHABLE = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Connection refused|"
+    r"Zero Bytes were transmitted|Communication connection failure|"
+    r"Unable to establish controller machine|Unable to process configuration file",
+    re.IGNORECASE,
+)
+
+#: Releases from which ``scontrol`` speaks JSON and ``sinfo --json`` is grouped.
+SCONTROL_JSON_SINCE = (23, 2)
+
+
+class SubprocessRunner:
+    """Runs the real Slurm binaries, optionally with another ``SLURM_CONF``."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = dict(env) if env is not None else None
+
+    def __call__(self, argv: Sequence[str], stdin: str | None, timeout: float) -> CommandResult:
+        proc = subprocess.run(
+            list(argv),
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env,
+            check=False,
+        )
+        return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _version_tuple(release: str) -> tuple[int, int]:
+    match = re.search(r"(\d+)\.(\d+)", release)
+    if not match:
+        raise SlurmResponseError(f"cannot tell the Slurm release from {release.strip()[:60]!r}")
+    return int(match[1]), int(match[2])
+
+
+class CliSlurmClient:
+    """:class:`~slurmopt.slurm.base.SlurmClient` over Slurm's command-line tools."""
+
+    name = "cli"
+
+    def __init__(
+        self,
+        runner: CommandRunner | None = None,
+        timeout: float = 30.0,
+        slurm_conf: str | None = None,
+    ) -> None:
+        if runner is None:
+            env = {**os.environ, "SLURM_CONF": slurm_conf} if slurm_conf else None
+            runner = SubprocessRunner(env)
+        self.runner = runner
+        self.timeout = timeout
+        self._release: str | None = None
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _call(self, argv: Sequence[str], stdin: str | None = None) -> CommandResult:
+        try:
+            return self.runner(argv, stdin, self.timeout)
+        except FileNotFoundError:
+            raise SlurmUnavailable(f"{argv[0]}: command not found (is Slurm installed?)") from None
+        except subprocess.TimeoutExpired:
+            raise SlurmUnavailable(
+                f"{' '.join(argv[:3])}: no answer within {self.timeout:g} s"
+            ) from None
+        except OSError as exc:
+            raise SlurmUnavailable(f"{argv[0]}: cannot run: {exc}") from None
+
+    def _controller_down(self) -> str | None:
+        """Why slurmctld is unreachable, or None when ``scontrol ping`` says it is UP."""
+        try:
+            ping = self._call(["scontrol", "ping"])
+        except SlurmUnavailable as exc:
+            return str(exc)
+        text = (ping.stdout + ping.stderr).strip()
+        if re.search(r"\bUP\b", text):
+            return None
+        return text.splitlines()[0] if text else f"scontrol ping exit {ping.returncode}"
+
+    def _read(self, argv: Sequence[str]) -> str:
+        """Run a read; a failure is the controller's (unavailable) or the answer's (response)."""
+        result = self._call(argv)
+        what = " ".join(argv)
+        if result.returncode != 0 or _UNREACHABLE.search(result.stderr):
+            first = (result.stderr.strip() or f"exit {result.returncode}").splitlines()[0]
+            if _UNREACHABLE.search(result.stderr):
+                raise SlurmUnavailable(f"{what}: {first}")
+            down = self._controller_down()
+            if down is not None:
+                raise SlurmUnavailable(f"{what}: slurmctld unreachable: {down}")
+            raise SlurmResponseError(f"{what}: {first}")
+        return result.stdout
+
+    def _read_json(self, argv: Sequence[str]) -> dict[str, object]:
+        text = self._read(argv)
+        what = " ".join(argv)
+        try:
+            return parse.load_json(text, what)
+        except SlurmResponseError:
+            # 22.05 reports an unreachable controller inside the JSON, with exit 0.
+            down = self._controller_down()
+            if down is not None:
+                raise SlurmUnavailable(f"{what}: slurmctld unreachable: {down}") from None
+            raise
+
+    def _write(self, argv: Sequence[str], stdin: str | None = None) -> str:
+        result = self._call(argv, stdin)
+        if result.returncode != 0:
+            raise SlurmCommandError(list(argv), result.returncode, result.stderr)
+        return result.stdout
+
+    # ------------------------------------------------------------------ reads
+
+    def slurm_release(self) -> str:
+        """Slurm's release as ``sinfo --version`` reports it (``22.05.8``), read once."""
+        if self._release is None:
+            text = self._read(["sinfo", "--version"])
+            _version_tuple(text)
+            self._release = text.split()[-1] if text.split() else text.strip()
+        return self._release
+
+    def snapshot(self) -> ClusterSnapshot:
+        """All of jobs, nodes and partitions, or an error; never part of them."""
+        taken_at = time.time()
+        modern = _version_tuple(self.slurm_release()) >= SCONTROL_JSON_SINCE
+        jobs_argv = ["squeue", "--json"]
+        jobs_doc = self._read_json(jobs_argv)
+        if modern:
+            nodes_argv = ["scontrol", "show", "nodes", "--json"]
+            parts_argv = ["scontrol", "show", "partitions", "--json"]
+            nodes_doc = self._read_json(nodes_argv)
+            partitions = parse.parse_partitions_json(
+                self._read_json(parts_argv), " ".join(parts_argv)
+            )
+        else:
+            nodes_argv = ["sinfo", "--json"]
+            parts_argv = ["scontrol", "show", "partition", "-o"]
+            nodes_doc = self._read_json(nodes_argv)
+            partitions = parse.parse_partitions_text(self._read(parts_argv), " ".join(parts_argv))
+        return parse.build_snapshot(
+            jobs_doc,
+            nodes_doc,
+            partitions,
+            taken_at=taken_at,
+            source=self.name,
+            jobs_source=" ".join(jobs_argv),
+            nodes_source=" ".join(nodes_argv),
+        )
+
+    def topology_text(self) -> str | None:
+        text = self._read(["scontrol", "show", "topology"])
+        # 22.05 prints load errors on stdout with exit 0.
+        if _UNREACHABLE.search(text):
+            raise SlurmUnavailable(f"scontrol show topology: {text.strip().splitlines()[0]}")
+        if "SwitchName=" not in text:
+            return None
+        return text
+
+    # ------------------------------------------------------------------ writes
+
+    def hold(self, job_id: int) -> None:
+        self._write(["scontrol", "hold", str(job_id)])
+
+    def release(self, job_id: int) -> None:
+        self._write(["scontrol", "release", str(job_id)])
+
+    def pin(self, job_id: int, nodes: Sequence[str]) -> None:
+        self._write(["scontrol", "update", f"JobId={job_id}", f"NodeList={fold(nodes)}"])
+
+    def signal(self, job_id: int, signal: str, batch_only: bool = True) -> None:
+        scope = "--batch" if batch_only else "--full"
+        self._write(["scancel", f"--signal={signal}", scope, str(job_id)])
+
+    def requeue(self, job_id: int, hold: bool = True) -> None:
+        self._write(["scontrol", "requeuehold" if hold else "requeue", str(job_id)])
+
+    def shrink(self, job_id: int, node_count: int) -> None:
+        self._write(["scontrol", "update", f"JobId={job_id}", f"NumNodes={node_count}"])
+
+    def set_comment(self, job_id: int, text: str, admin: bool = True) -> None:
+        key = "AdminComment" if admin else "Comment"
+        self._write(["scontrol", "update", f"JobId={job_id}", f"{key}={text}"])
+
+    def submit(self, argv: Sequence[str], script: str | None = None) -> int:
+        full = ["sbatch", "--parsable", *argv]
+        out = self._write(full, script)
+        job = out.strip().split(";")[0]
+        if not job.isdigit():
+            raise SlurmResponseError(
+                f"sbatch --parsable printed {out.strip()[:60]!r}, not a job id"
+            )
+        return int(job)

@@ -1,0 +1,209 @@
+"""Every SlurmClient implementation reports the same, known state of the real sandbox.
+
+Known jobs are submitted with plain sbatch (pinned where placement matters),
+one idle and one busy node are drained, and each implementation's snapshot
+is compared with what was set up, not merely with the other implementations.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from slurmopt.errors import SlurmCommandError, SlurmUnavailable
+from slurmopt.model import ClusterSnapshot, JobState, NodeState
+from slurmopt.slurm import connect
+from slurmopt.slurm.base import SlurmClient
+from slurmopt.slurm.cli import CliSlurmClient
+from slurmopt.slurm.pyslurm_client import load_pyslurm
+from slurmopt.slurm.rest import RestSlurmClient
+from tests.sandbox import SlurmSandbox
+
+pytestmark = pytest.mark.slurm
+
+IMPLEMENTATIONS = ["cli", "rest-unix", "rest-jwt", "pyslurm"]
+
+
+def _sandbox_env(sandbox: SlurmSandbox) -> dict[str, str]:
+    """The exports `slurm-sandbox up` wrote to env.sh (slurmrestd addresses among them)."""
+    env_sh = Path(sandbox.conf).parent.parent / "env.sh"
+    if not env_sh.exists():
+        return {}
+    return dict(re.findall(r"^export (\w+)=(\S*)$", env_sh.read_text(), re.MULTILINE))
+
+
+def make_client(kind: str, sandbox: SlurmSandbox) -> SlurmClient:
+    """The implementation under test, or a skip saying why it cannot run here."""
+    if kind == "cli":
+        return connect("cli", slurm_conf=sandbox.conf)
+    if kind.startswith("rest"):
+        env = _sandbox_env(sandbox)
+        key = "SLURMOPT_RESTD_SOCKET" if kind == "rest-unix" else "SLURMOPT_RESTD_URL"
+        if key not in env:
+            pytest.skip(f"the sandbox was started without --restd ({key} not in env.sh)")
+        cli = CliSlurmClient(slurm_conf=sandbox.conf)
+        if kind == "rest-unix":
+            return RestSlurmClient(f"unix:{env[key]}", cli=cli)
+        token = sandbox.run("scontrol", "token", "lifespan=600").strip()
+        return RestSlurmClient(env[key], token=token, user="root", cli=cli)
+    try:
+        load_pyslurm()
+    except SlurmUnavailable as exc:
+        pytest.skip(str(exc))
+    return connect("pyslurm", cli=CliSlurmClient(slurm_conf=sandbox.conf))
+
+
+@dataclass
+class Scenario:
+    twonode: int
+    gpu3: int
+    gpn2: int
+    held: int
+    too_big: int
+
+
+@pytest.fixture
+def scenario(slurm: SlurmSandbox) -> Iterator[Scenario]:
+    """The reference job mix on gpu[001-003], gpu003 drained busy and gpu032 drained idle."""
+    sc = Scenario(
+        twonode=slurm.sbatch("-J", "twonode", "-N2", "--gres=gpu:8", "-t", "60",
+                             "--nodelist=gpu[001-002]", "--comment=two-node comment"),
+        gpu3=slurm.sbatch("-J", "onenode-gpu3", "-N1", "--gres=gpu:3", "--nodelist=gpu003"),
+        gpn2=slurm.sbatch("-J", "gpn2", "-N1", "--gpus-per-node=2", "-t", "1-0",
+                          "--nodelist=gpu003"),
+        held=slurm.sbatch("-J", "held", "-N1", "--gres=gpu:8", "-t", "30", "--hold"),
+        too_big=slurm.sbatch("-J", "pending", "-N32", "--gres=gpu:8", "-t", "10"),
+    )
+    for job in (sc.twonode, sc.gpu3, sc.gpn2):
+        slurm.wait_state(job, "RUNNING")
+    slurm.run("scontrol", "update", "NodeName=gpu003", "State=DRAIN", "Reason=drain while running")
+    slurm.run("scontrol", "update", "NodeName=gpu032", "State=DRAIN", "Reason=maint: bad gpu")
+    yield sc
+
+
+def assert_known_state(snap: ClusterSnapshot, sc: Scenario) -> None:
+    assert snap.slurm_version.startswith("22.05")
+    # squeue --json also lists jobs that ended within MinJobAge (the fixture's cancelled ones).
+    live = {i for i, j in snap.jobs.items() if j.is_active or j.is_pending}
+    assert live == {sc.twonode, sc.gpu3, sc.gpn2, sc.held, sc.too_big}
+    two, g3, g2 = snap.jobs[sc.twonode], snap.jobs[sc.gpu3], snap.jobs[sc.gpn2]
+    held, big = snap.jobs[sc.held], snap.jobs[sc.too_big]
+
+    assert (two.state, two.nodes, two.node_count, two.gpus_per_node, two.gpus) == (
+        JobState.RUNNING, ("gpu001", "gpu002"), 2, 8, 16)
+    assert dict(two.gpu_indices) == {"gpu001": tuple(range(8)), "gpu002": tuple(range(8))}
+    assert (two.time_limit_s, two.comment, two.name, two.partition, two.user) == (
+        3600, "two-node comment", "twonode", "gpu", "root")
+    assert (g3.state, g3.nodes, g3.gpus_per_node, g3.time_limit_s) == (
+        JobState.RUNNING, ("gpu003",), 3, None)
+    assert (g2.state, g2.nodes, g2.gpus_per_node, g2.time_limit_s) == (
+        JobState.RUNNING, ("gpu003",), 2, 86400)
+    # The two jobs on gpu003 hold five distinct GPUs between them.
+    assert len(g3.gpu_indices["gpu003"]) == 3 and len(g2.gpu_indices["gpu003"]) == 2
+    assert set(g3.gpu_indices["gpu003"]) | set(g2.gpu_indices["gpu003"]) == set(range(5))
+    assert (held.state, held.held, held.reason, held.priority, held.gpus_per_node) == (
+        JobState.PENDING, True, "JobHeldUser", 0, 8)
+    assert (held.nodes, held.time_limit_s) == ((), 1800)
+    assert (big.state, big.held, big.node_count, big.gpus_per_node, big.nodes) == (
+        JobState.PENDING, False, 32, 8, ())
+    assert big.reason != "" and big.time_limit_s == 600
+
+    assert sorted(snap.nodes) == [f"gpu{i:03d}" for i in range(1, 33)]
+    for name, node in snap.nodes.items():
+        assert node.gpus_total == 8 and node.partitions == ("gpu",), name
+    for name in ("gpu001", "gpu002"):
+        node = snap.nodes[name]
+        assert (node.state, node.gpus_alloc, node.alloc_gpu_indices) == (
+            NodeState.MIXED, 8, frozenset(range(8)))
+        assert node.available
+    busy = snap.nodes["gpu003"]
+    assert (busy.state, busy.gpus_alloc, busy.alloc_gpu_indices, busy.reason) == (
+        NodeState.MIXED, 5, frozenset(range(5)), "drain while running")
+    assert "DRAIN" in busy.flags and not busy.available
+    idle_drained = snap.nodes["gpu032"]
+    assert (idle_drained.state, idle_drained.gpus_alloc, idle_drained.reason) == (
+        NodeState.IDLE, 0, "maint: bad gpu")
+    assert "DRAIN" in idle_drained.flags and not idle_drained.available
+    for i in range(4, 32):
+        node = snap.nodes[f"gpu{i:03d}"]
+        assert (node.state, node.gpus_alloc, node.alloc_gpu_indices) == (
+            NodeState.IDLE, 0, frozenset())
+        assert node.available, node.name
+    assert {n for n, node in snap.nodes.items() if not node.available} == {"gpu003", "gpu032"}
+
+    part = snap.partitions["gpu"]
+    assert list(snap.partitions) == ["gpu"]
+    assert (part.default, part.state, part.max_time_s, len(part.nodes)) == (True, "UP", None, 32)
+
+
+@pytest.mark.parametrize("kind", IMPLEMENTATIONS)
+def test_snapshot_equals_the_known_state(kind: str, slurm: SlurmSandbox,
+                                         scenario: Scenario) -> None:
+    client = make_client(kind, slurm)
+    snap = client.snapshot()
+    assert_known_state(snap, scenario)
+    assert snap.source == kind.split("-")[0]
+
+
+@pytest.mark.parametrize("kind", IMPLEMENTATIONS)
+def test_topology_text(kind: str, slurm: SlurmSandbox) -> None:
+    text = make_client(kind, slurm).topology_text()
+    assert text is not None
+    assert "SwitchName=leaf1" in text and "Nodes=gpu[001-008]" in text
+    assert "SwitchName=spine" in text and "Switches=leaf[1-4]" in text
+
+
+@pytest.mark.parametrize("kind", IMPLEMENTATIONS)
+def test_writes_hold_pin_release_and_comment(kind: str, slurm: SlurmSandbox) -> None:
+    client = make_client(kind, slurm)
+    job = client.submit(["-J", "pinme", "-N1", "--gres=gpu:2", "-o", "/dev/null",
+                         "-D", str(slurm.workdir), "--wrap", "sleep 600"])
+    client.hold(job)
+    assert client.snapshot().jobs[job].held
+    client.pin(job, ["gpu010"])
+    client.set_comment(job, "placed by slurmopt", admin=False)
+    client.release(job)
+    slurm.wait_state(job, "RUNNING")
+    got = client.snapshot().jobs[job]
+    assert (got.nodes, got.comment, got.held, got.gpus_per_node) == (
+        ("gpu010",), "placed by slurmopt", False, 2)
+    with pytest.raises(SlurmCommandError) as info:
+        client.hold(999999)
+    assert "Invalid job id" in info.value.stderr
+
+
+def _unreachable_conf(slurm: SlurmSandbox, tmp_path: Path) -> str:
+    """A copy of the sandbox config pointing at a port nothing listens on."""
+    etc = tmp_path / "etc"
+    shutil.copytree(Path(slurm.conf).parent, etc)
+    conf = etc / "slurm.conf"
+    text = re.sub(r"^SlurmctldPort=.*$", "SlurmctldPort=6999", conf.read_text(), flags=re.M)
+    conf.write_text(text + "\nMessageTimeout=2\nTCPTimeout=1\n")
+    return str(conf)
+
+
+def test_unreachable_controller_is_unavailable_quickly(slurm: SlurmSandbox,
+                                                       tmp_path: Path) -> None:
+    client = CliSlurmClient(slurm_conf=_unreachable_conf(slurm, tmp_path))
+    started = time.monotonic()
+    with pytest.raises(SlurmUnavailable, match="slurmctld unreachable"):
+        client.snapshot()
+    assert time.monotonic() - started < 20
+    with pytest.raises(SlurmUnavailable):
+        client.topology_text()
+
+
+@pytest.mark.parametrize("make", [
+    lambda tmp: RestSlurmClient(f"unix:{tmp}/no-such.sock"),
+    lambda tmp: RestSlurmClient("http://127.0.0.1:9", token="t"),
+], ids=["bad-socket", "refused-port"])
+def test_bad_rest_address_is_unavailable(make: Callable[[Path], RestSlurmClient],
+                                         slurm: SlurmSandbox, tmp_path: Path) -> None:
+    with pytest.raises(SlurmUnavailable, match="cannot connect"):
+        make(tmp_path).snapshot()

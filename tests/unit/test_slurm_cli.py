@@ -1,0 +1,210 @@
+"""CliSlurmClient against recorded Slurm output, through a fake command runner."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from slurmopt.errors import SlurmCommandError, SlurmResponseError, SlurmUnavailable
+from slurmopt.model import JobState
+from slurmopt.slurm import connect
+from slurmopt.slurm.base import SlurmClient
+from slurmopt.slurm.cli import CliSlurmClient, CommandResult
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "slurm-json"
+
+PING_UP = "Slurmctld(primary) at vm is UP\n"
+PING_DOWN = "Slurmctld(primary) at vm is DOWN\n"
+
+
+class FakeRunner:
+    """Answers each argv from a table of recorded results; records every call."""
+
+    def __init__(self, answers: dict[tuple[str, ...], CommandResult | Exception]) -> None:
+        self.answers = answers
+        self.calls: list[tuple[tuple[str, ...], str | None]] = []
+
+    def __call__(self, argv: Sequence[str], stdin: str | None, timeout: float) -> CommandResult:
+        key = tuple(argv)
+        self.calls.append((key, stdin))
+        answer = self.answers.get(key, CommandResult(0, "", ""))
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def _ok(text: str) -> CommandResult:
+    return CommandResult(0, text, "")
+
+
+def _file(rel: str) -> CommandResult:
+    return _ok((FIXTURES / rel).read_text())
+
+
+def recorded(release: str) -> dict[tuple[str, ...], CommandResult | Exception]:
+    base = release
+    answers: dict[tuple[str, ...], CommandResult | Exception] = {
+        ("sinfo", "--version"): _file(f"{base}/sinfo_version.txt"),
+        ("squeue", "--json"): _file(f"{base}/squeue.json"),
+        ("scontrol", "show", "topology"): _file(f"{base}/scontrol_show_topology.txt"),
+        ("scontrol", "ping"): _ok(PING_UP),
+    }
+    if release == "22.05":
+        answers[("sinfo", "--json")] = _file(f"{base}/sinfo.json")
+        answers[("scontrol", "show", "partition", "-o")] = _file(
+            f"{base}/scontrol_show_partition_o.txt"
+        )
+    else:
+        answers[("scontrol", "show", "nodes", "--json")] = _file(
+            f"{base}/scontrol_show_nodes.json"
+        )
+        answers[("scontrol", "show", "partitions", "--json")] = _file(
+            f"{base}/scontrol_show_partitions.json"
+        )
+    return answers
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11", "26.05"])
+def test_snapshot_reads_the_right_commands_per_release(release: str) -> None:
+    runner = FakeRunner(recorded(release))
+    client = CliSlurmClient(runner=runner)
+    assert isinstance(client, SlurmClient)
+    snap = client.snapshot()
+    called = [argv for argv, _ in runner.calls]
+    if release == "22.05":
+        assert ("sinfo", "--json") in called
+        assert ("scontrol", "show", "partition", "-o") in called
+    else:
+        assert ("scontrol", "show", "nodes", "--json") in called
+        assert ("sinfo", "--json") not in called
+    assert snap.source == "cli" and snap.slurm_version.startswith(release)
+    assert snap.jobs[1].gpu_indices["gpu002"] == tuple(range(8))
+    assert snap.jobs[2].held and snap.jobs[5].state is JobState.PENDING
+    assert snap.nodes["gpu003"].gpus_alloc == 5 and "DRAIN" in snap.nodes["gpu008"].flags
+    assert snap.partitions["gpu"].nodes[-1] == "gpu008"
+
+
+def test_topology_text_is_passed_through() -> None:
+    client = CliSlurmClient(runner=FakeRunner(recorded("22.05")))
+    text = client.topology_text()
+    assert text is not None and "SwitchName=leaf1" in text and "Switches=leaf[1-2]" in text
+
+
+def test_no_topology_plugin_gives_none() -> None:
+    answers = recorded("22.05")
+    answers[("scontrol", "show", "topology")] = _ok("No topology information available\n")
+    assert CliSlurmClient(runner=FakeRunner(answers)).topology_text() is None
+
+
+def test_missing_binary_is_unavailable() -> None:
+    answers = recorded("22.05")
+    answers[("sinfo", "--version")] = FileNotFoundError("sinfo")
+    with pytest.raises(SlurmUnavailable, match="sinfo: command not found"):
+        CliSlurmClient(runner=FakeRunner(answers)).snapshot()
+
+
+def test_timeout_is_unavailable() -> None:
+    answers = recorded("22.05")
+    answers[("squeue", "--json")] = subprocess.TimeoutExpired(["squeue"], 5)
+    with pytest.raises(SlurmUnavailable, match="no answer within 5 s"):
+        CliSlurmClient(runner=FakeRunner(answers), timeout=5).snapshot()
+
+
+def test_controller_down_in_json_is_unavailable() -> None:
+    """22.05 prints a JSON error with exit 0 when slurmctld is down; ping tells why."""
+    answers = recorded("22.05")
+    answers[("squeue", "--json")] = _ok(
+        '{"meta": {}, "errors": [{"description": "Failed while looking for jobs",'
+        ' "error": "Unspecified error"}], "jobs": []}'
+    )
+    answers[("scontrol", "ping")] = _ok(PING_DOWN)
+    with pytest.raises(SlurmUnavailable, match="slurmctld unreachable: .*is DOWN"):
+        CliSlurmClient(runner=FakeRunner(answers)).snapshot()
+
+
+def test_unable_to_contact_on_stderr_is_unavailable() -> None:
+    answers = recorded("22.05")
+    answers[("scontrol", "show", "partition", "-o")] = CommandResult(
+        1, "", "slurm_load_partitions error: Unable to contact slurm controller (connect failure)\n"
+    )
+    with pytest.raises(SlurmUnavailable, match="Unable to contact slurm controller"):
+        CliSlurmClient(runner=FakeRunner(answers)).snapshot()
+
+
+def test_garbage_output_with_controller_up_is_a_response_error() -> None:
+    answers = recorded("22.05")
+    answers[("sinfo", "--json")] = _ok("Segmentation fault\n")
+    with pytest.raises(SlurmResponseError, match="sinfo --json: not JSON"):
+        CliSlurmClient(runner=FakeRunner(answers)).snapshot()
+
+
+def test_one_failed_read_fails_the_whole_snapshot() -> None:
+    answers = recorded("24.11")
+    answers[("scontrol", "show", "partitions", "--json")] = CommandResult(
+        1, "", "scontrol: error: something odd\n"
+    )
+    runner = FakeRunner(answers)
+    with pytest.raises(SlurmResponseError, match="something odd"):
+        CliSlurmClient(runner=runner).snapshot()
+
+
+def test_unknown_release_text_is_a_response_error() -> None:
+    answers = recorded("22.05")
+    answers[("sinfo", "--version")] = _ok("garbage\n")
+    with pytest.raises(SlurmResponseError, match="cannot tell the Slurm release"):
+        CliSlurmClient(runner=FakeRunner(answers)).snapshot()
+
+
+@pytest.mark.parametrize(
+    ("call", "argv"),
+    [
+        (lambda c: c.hold(7), ("scontrol", "hold", "7")),
+        (lambda c: c.release(7), ("scontrol", "release", "7")),
+        (lambda c: c.pin(7, ["gpu003", "gpu001", "gpu002"]),
+         ("scontrol", "update", "JobId=7", "NodeList=gpu[001-003]")),
+        (lambda c: c.signal(7, "USR1"), ("scancel", "--signal=USR1", "--batch", "7")),
+        (lambda c: c.signal(7, "TERM", batch_only=False),
+         ("scancel", "--signal=TERM", "--full", "7")),
+        (lambda c: c.requeue(7), ("scontrol", "requeuehold", "7")),
+        (lambda c: c.requeue(7, hold=False), ("scontrol", "requeue", "7")),
+        (lambda c: c.shrink(7, 1), ("scontrol", "update", "JobId=7", "NumNodes=1")),
+        (lambda c: c.set_comment(7, "moved by slurmopt"),
+         ("scontrol", "update", "JobId=7", "AdminComment=moved by slurmopt")),
+        (lambda c: c.set_comment(7, "x y", admin=False),
+         ("scontrol", "update", "JobId=7", "Comment=x y")),
+    ],
+)
+def test_writes_run_one_slurm_command(call: object, argv: tuple[str, ...]) -> None:
+    runner = FakeRunner({})
+    client = CliSlurmClient(runner=runner)
+    call(client)  # type: ignore[operator]
+    assert [a for a, _ in runner.calls] == [argv]
+
+
+def test_failed_write_keeps_slurm_stderr_verbatim() -> None:
+    stderr = "Invalid job id specified\nscontrol: error: second line\n"
+    runner = FakeRunner({("scontrol", "hold", "99"): CommandResult(1, "", stderr)})
+    with pytest.raises(SlurmCommandError, match="scontrol failed: Invalid job id") as info:
+        CliSlurmClient(runner=runner).hold(99)
+    assert info.value.stderr == stderr and info.value.returncode == 1
+    assert info.value.argv == ["scontrol", "hold", "99"]
+
+
+def test_submit_passes_script_on_stdin_and_returns_the_id() -> None:
+    runner = FakeRunner({("sbatch", "--parsable", "-N2"): _ok("4242;cluster\n")})
+    assert CliSlurmClient(runner=runner).submit(["-N2"], "#!/bin/sh\nsleep 1\n") == 4242
+    assert runner.calls == [(("sbatch", "--parsable", "-N2"), "#!/bin/sh\nsleep 1\n")]
+
+
+def test_submit_garbage_answer() -> None:
+    runner = FakeRunner({("sbatch", "--parsable"): _ok("Submitted batch job\n")})
+    with pytest.raises(SlurmResponseError, match="not a job id"):
+        CliSlurmClient(runner=runner).submit([])
+
+
+def test_connect_builds_the_cli_backend() -> None:
+    client = connect("cli", runner=FakeRunner(recorded("26.05")))
+    assert client.name == "cli" and len(client.snapshot().jobs) == 5
