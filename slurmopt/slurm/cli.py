@@ -232,3 +232,41 @@ class CliSlurmClient:
                 f"sbatch --parsable printed {out.strip()[:60]!r}, not a job id"
             )
         return int(job)
+
+
+class ScontrolWrites:
+    """Writes (and topology) through a :class:`CliSlurmClient`, for read-only backends.
+
+    slurmrestd v0.0.38 cannot pin nodes and has no topology endpoint; pyslurm
+    lacks some updates.  Adapters that read another way inherit this and
+    override only the writes they can do natively.
+    """
+
+    cli: CliSlurmClient
+
+    def topology_text(self) -> str | None:
+        return self.cli.topology_text()
+
+    def hold(self, job_id: int) -> None:
+        self.cli.hold(job_id)
+
+    def release(self, job_id: int) -> None:
+        self.cli.release(job_id)
+
+    def pin(self, job_id: int, nodes: Sequence[str]) -> None:
+        self.cli.pin(job_id, nodes)
+
+    def signal(self, job_id: int, signal: str, batch_only: bool = True) -> None:
+        self.cli.signal(job_id, signal, batch_only)
+
+    def requeue(self, job_id: int, hold: bool = True) -> None:
+        self.cli.requeue(job_id, hold)
+
+    def shrink(self, job_id: int, node_count: int) -> None:
+        self.cli.shrink(job_id, node_count)
+
+    def set_comment(self, job_id: int, text: str, admin: bool = True) -> None:
+        self.cli.set_comment(job_id, text, admin)
+
+    def submit(self, argv: Sequence[str], script: str | None = None) -> int:
+        return self.cli.submit(argv, script)

@@ -58,9 +58,10 @@ def load_json(text: str | bytes, source: str) -> dict[str, Any]:
     try:
         doc = json.loads(text)
     except (ValueError, TypeError) as exc:
-        snippet = (text[:60] if isinstance(text, str) else text[:60].decode(errors="replace"))
-        raise _fail(source, "", f"not JSON ({exc.__class__.__name__}: {exc}; "
-                    f"starts {snippet.strip()!r})") from None
+        snippet = text[:60] if isinstance(text, str) else text[:60].decode(errors="replace")
+        raise _fail(
+            source, "", f"not JSON ({exc.__class__.__name__}: {exc}; starts {snippet.strip()!r})"
+        ) from None
     if not isinstance(doc, dict):
         raise _fail(source, "", f"expected a JSON object, got {type(doc).__name__}")
     errors = doc.get("errors")
@@ -184,9 +185,7 @@ def _parse_gres_items(text: str) -> list[tuple[str, str | None, int, str | None]
     """``gpu:h100:4(IDX:0-3),nic:1`` -> ``[("gpu","h100",4,"IDX:0-3"), ("nic",None,1,None)]``."""
     items = []
     for match in _GRES_ITEM.finditer(text):
-        items.append(
-            (match["name"].strip(), match["type"], int(match["count"]), match["detail"])
-        )
+        items.append((match["name"].strip(), match["type"], int(match["count"]), match["detail"]))
     return items
 
 
@@ -224,8 +223,10 @@ def gpu_gres(text: str | None) -> tuple[int, str | None, tuple[int, ...] | None]
         idx = _index_list(detail)
         if idx is not None:
             indices = (indices or []) + list(idx)
-    return count, (types.pop() if len(types) == 1 else None), (
-        tuple(indices) if indices is not None else None
+    return (
+        count,
+        (types.pop() if len(types) == 1 else None),
+        (tuple(indices) if indices is not None else None),
     )
 
 
@@ -370,8 +371,9 @@ def _node_state(state: Any, extra_flags: Any, f: _Fields) -> tuple[NodeState, fr
     return base, frozenset(flags)
 
 
-def _gres_counts(f: _Fields, total_key: str, used_key: str, total: str | None = None,
-                 used: str | None = None) -> tuple[int, int, str | None, tuple[int, ...] | None]:
+def _gres_counts(
+    f: _Fields, total_key: str, used_key: str, total: str | None = None, used: str | None = None
+) -> tuple[int, int, str | None, tuple[int, ...] | None]:
     total_text = f.text(total_key) if total is None else total
     used_text = f.text(used_key) if used is None else used
     try:
@@ -460,9 +462,7 @@ def _sub(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def parse_node_records(
-    doc: Mapping[str, Any], source: str = "nodes"
-) -> list[NodeRecord]:
+def parse_node_records(doc: Mapping[str, Any], source: str = "nodes") -> list[NodeRecord]:
     """Per-node records from any node document (per-node ``nodes`` or grouped ``sinfo``)."""
     if "nodes" in doc:
         return [parse_node(obj, source) for obj in _records(doc, "nodes", source)]
@@ -471,9 +471,7 @@ def parse_node_records(
     raise _fail(source, "", f"missing top-level key 'nodes' or 'sinfo' (keys: {sorted(doc)[:8]})")
 
 
-def attach_gpu_indices(
-    records: Iterable[NodeRecord], jobs: Iterable[Job]
-) -> list[Node]:
+def attach_gpu_indices(records: Iterable[NodeRecord], jobs: Iterable[Job]) -> list[Node]:
     """Fill each node's ``alloc_gpu_indices`` from the active jobs' per-node GRES detail.
 
     Falls back to the indices in ``gres_used`` when the jobs do not account for

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from slurmopt.errors import SlurmCommandError, SlurmUnavailable
 from slurmopt.hostlist import expand
 from slurmopt.model import ClusterSnapshot
 from slurmopt.slurm import parse
-from slurmopt.slurm.cli import CliSlurmClient
+from slurmopt.slurm.cli import CliSlurmClient, ScontrolWrites
 
 
 def load_pyslurm() -> Any:
@@ -67,7 +67,7 @@ def _state_words(state: Any) -> list[str]:
     return [str(s) for s in state or []]
 
 
-class PyslurmSlurmClient:
+class PyslurmSlurmClient(ScontrolWrites):
     """:class:`~slurmopt.slurm.base.SlurmClient` over pyslurm (Slurm 25.11 only)."""
 
     name = "pyslurm"
@@ -151,12 +151,14 @@ class PyslurmSlurmClient:
             {"partitions": [self._partition_doc(p) for p in partitions.values()]}, "pyslurm"
         )
         return parse.build_snapshot(
-            jobs_doc, nodes_doc, parts, taken_at=taken_at, source=self.name,
-            jobs_source="pyslurm Jobs", nodes_source="pyslurm Nodes",
+            jobs_doc,
+            nodes_doc,
+            parts,
+            taken_at=taken_at,
+            source=self.name,
+            jobs_source="pyslurm Jobs",
+            nodes_source="pyslurm Nodes",
         )
-
-    def topology_text(self) -> str | None:
-        return self.cli.topology_text()
 
     def _job_call(self, what: str, job_id: int, call: Any) -> None:
         try:
@@ -170,20 +172,5 @@ class PyslurmSlurmClient:
     def release(self, job_id: int) -> None:
         self._job_call("release", job_id, lambda job: job.release())
 
-    def pin(self, job_id: int, nodes: Sequence[str]) -> None:
-        self.cli.pin(job_id, nodes)
-
-    def signal(self, job_id: int, signal: str, batch_only: bool = True) -> None:
-        self.cli.signal(job_id, signal, batch_only)
-
     def requeue(self, job_id: int, hold: bool = True) -> None:
         self._job_call("requeue", job_id, lambda job: job.requeue(hold=hold))
-
-    def shrink(self, job_id: int, node_count: int) -> None:
-        self.cli.shrink(job_id, node_count)
-
-    def set_comment(self, job_id: int, text: str, admin: bool = True) -> None:
-        self.cli.set_comment(job_id, text, admin)
-
-    def submit(self, argv: Sequence[str], script: str | None = None) -> int:
-        return self.cli.submit(argv, script)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import getpass
 import os
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -23,12 +22,12 @@ import httpx
 from slurmopt.errors import ConfigError, SlurmResponseError, SlurmUnavailable
 from slurmopt.model import ClusterSnapshot
 from slurmopt.slurm import parse
-from slurmopt.slurm.cli import CliSlurmClient
+from slurmopt.slurm.cli import CliSlurmClient, ScontrolWrites
 
 DEFAULT_API = "v0.0.38"
 
 
-class RestSlurmClient:
+class RestSlurmClient(ScontrolWrites):
     """:class:`~slurmopt.slurm.base.SlurmClient` over slurmrestd."""
 
     name = "rest"
@@ -118,32 +117,3 @@ class RestSlurmClient:
             jobs_source="slurmrestd jobs",
             nodes_source="slurmrestd nodes",
         )
-
-    # slurmrestd offers no topology and (v0.0.38) no node pinning: use the CLI.
-
-    def topology_text(self) -> str | None:
-        return self.cli.topology_text()
-
-    def hold(self, job_id: int) -> None:
-        self.cli.hold(job_id)
-
-    def release(self, job_id: int) -> None:
-        self.cli.release(job_id)
-
-    def pin(self, job_id: int, nodes: Sequence[str]) -> None:
-        self.cli.pin(job_id, nodes)
-
-    def signal(self, job_id: int, signal: str, batch_only: bool = True) -> None:
-        self.cli.signal(job_id, signal, batch_only)
-
-    def requeue(self, job_id: int, hold: bool = True) -> None:
-        self.cli.requeue(job_id, hold)
-
-    def shrink(self, job_id: int, node_count: int) -> None:
-        self.cli.shrink(job_id, node_count)
-
-    def set_comment(self, job_id: int, text: str, admin: bool = True) -> None:
-        self.cli.set_comment(job_id, text, admin)
-
-    def submit(self, argv: Sequence[str], script: str | None = None) -> int:
-        return self.cli.submit(argv, script)
