@@ -132,6 +132,9 @@ class Job:
     Times are epoch seconds; ``None`` means unset.  ``time_limit_s`` of
     ``None`` means unlimited.  ``gpus_per_node`` is what the job asked for
     per node (for pending jobs) or holds per node (for running ones).
+    ``begin_time`` is the earliest start Slurm allows (``--begin``);
+    ``het_job_id`` is set for components of a heterogeneous job;
+    ``reservation`` names the Slurm reservation the job must run in.
     """
 
     job_id: int
@@ -163,6 +166,9 @@ class Job:
     dependency: str = ""
     exclusive: bool = False
     restarts: int = 0
+    begin_time: float | None = None
+    het_job_id: int | None = None
+    reservation: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpu_indices", MappingProxyType(dict(self.gpu_indices)))

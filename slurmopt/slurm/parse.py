@@ -336,6 +336,9 @@ def parse_job(obj: Mapping[str, Any], source: str = "jobs") -> Job:
         dependency=f.text("dependency"),
         exclusive=exclusive,
         restarts=f.number("restart_cnt") or 0,
+        # Slurm prints no begin time; a future --begin shows as pending reason BeginTime.
+        het_job_id=f.number("het_job_id") or None,
+        reservation=f.text("resv_name"),
     )
 
 

@@ -1,0 +1,227 @@
+"""How fast one ``plan()`` pass is on large synthetic clusters, and how much memory it needs.
+
+Each size runs in a fresh Python process: a fat tree (16 nodes per leaf, 16
+leaves per pod, 8 GPUs per node), a seeded snapshot of running jobs (3,000
+at 4,096 nodes, scaled by node count) with finite time limits, and a
+pending queue of 1-8 GPU and multi-node jobs.  The pass time is the median
+of several passes; peak RSS is the child's own ``ru_maxrss``.
+
+    python benchmarks/plan_speed.py           # tables, then one JSON object
+    python benchmarks/plan_speed.py --json    # the JSON object only
+
+Reported: the 4,096-node / 10,000-pending headline (``median_pass_s``,
+``peak_rss_mb``), pass time as nodes grow (pending fixed at 10,000) and as
+pending grows (nodes fixed at 4,096), each with its ratio to the smallest
+size of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+GPUS_PER_NODE = 8
+NODES_PER_LEAF = 16
+LEAVES_PER_POD = 16
+RUNNING_AT_4096 = 3000
+HEADLINE = (4096, 10_000)
+NODE_SIZES = (512, 1024, 2048, 4096, 8192)
+PENDING_SIZES = (1000, 2500, 5000, 10_000, 20_000)
+
+# (weight, nodes, gpus per node): mostly single-node 1-8 GPU jobs, some whole-node gangs.
+JOB_MIX = [
+    (0.22, 1, 1),
+    (0.17, 1, 2),
+    (0.21, 1, 4),
+    (0.25, 1, 8),
+    (0.08, 2, 8),
+    (0.04, 4, 8),
+    (0.02, 8, 8),
+    (0.01, 16, 8),
+]
+LIMITS_S = [1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600]
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def build_snapshot(node_names: list[str], num_running: int, num_pending: int, seed: int) -> Any:
+    """Place running jobs at random, then queue ``num_pending`` jobs from the same mix."""
+    from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
+
+    now = 1_700_000_000.0
+    rng = random.Random(seed)
+    free = dict.fromkeys(node_names, GPUS_PER_NODE)
+    drained = set(rng.sample(node_names, max(1, len(node_names) // 100)))
+    for name in drained:
+        free[name] = 0
+    weights = [w for w, _, _ in JOB_MIX]
+    shapes = [(n, d) for _, n, d in JOB_MIX]
+    jobs = []
+    job_id = 0
+    for _ in range(num_running):
+        job_id += 1
+        nodes, per_node = rng.choices(shapes, weights)[0]
+        placed: list[str] = []
+        if nodes == 1:
+            for _ in range(32):
+                name = rng.choice(node_names)
+                if free[name] >= per_node:
+                    placed = [name]
+                    break
+        else:
+            start = rng.randrange(len(node_names))
+            for i in range(len(node_names)):
+                name = node_names[(start + i) % len(node_names)]
+                if free[name] == GPUS_PER_NODE:
+                    placed.append(name)
+                    if len(placed) == nodes:
+                        break
+            if len(placed) < nodes:
+                placed = []
+        if not placed:
+            continue
+        for name in placed:
+            free[name] -= per_node
+        limit = rng.choice(LIMITS_S)
+        jobs.append(
+            Job(
+                job_id=job_id,
+                state=JobState.RUNNING,
+                partition="gpu",
+                nodes=tuple(placed),
+                node_count=nodes,
+                gpus_per_node=per_node,
+                time_limit_s=limit,
+                start_time=now - rng.uniform(0, limit),
+            )
+        )
+    for _ in range(num_pending):
+        job_id += 1
+        nodes, per_node = rng.choices(shapes, weights)[0]
+        jobs.append(
+            Job(
+                job_id=job_id,
+                state=JobState.PENDING,
+                partition="gpu",
+                priority=rng.randint(1, 100_000),
+                submit_time=now - rng.uniform(0, 86400),
+                node_count=nodes,
+                gpus_per_node=per_node,
+                time_limit_s=rng.choice(LIMITS_S),
+                reason="Priority",
+            )
+        )
+    nodes_out = []
+    for name in node_names:
+        alloc = 0 if name in drained else GPUS_PER_NODE - free[name]
+        state = (
+            NodeState.IDLE
+            if alloc == 0
+            else NodeState.ALLOCATED
+            if alloc == GPUS_PER_NODE
+            else NodeState.MIXED
+        )
+        nodes_out.append(
+            Node(
+                name=name,
+                state=state,
+                flags=frozenset({"DRAIN"}) if name in drained else frozenset(),
+                partitions=("gpu",),
+                gpus_total=GPUS_PER_NODE,
+                gpus_alloc=alloc,
+            )
+        )
+    return ClusterSnapshot.build(
+        now, nodes_out, jobs, [Partition("gpu", tuple(node_names), default=True)]
+    )
+
+
+def run_child(num_nodes: int, num_pending: int, reps: int, seed: int) -> dict[str, Any]:
+    from slurmopt.fabric.generators import fat_tree
+    from slurmopt.policy.plan import plan
+
+    fabric = fat_tree(num_nodes, NODES_PER_LEAF, LEAVES_PER_POD)
+    running = round(RUNNING_AT_4096 * num_nodes / 4096)
+    snapshot = build_snapshot(sorted(fabric.compute_nodes), running, num_pending, seed)
+    times = []
+    result = None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        result = plan(snapshot, fabric)
+        times.append(time.perf_counter() - t0)
+    assert result is not None
+    return {
+        "nodes": num_nodes,
+        "pending": num_pending,
+        "running": sum(1 for j in snapshot.jobs.values() if j.is_active),
+        "median_pass_s": round(statistics.median(times), 4),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "starts": len(result.actions),
+        "reservations": len(result.reservations),
+        "unplaced": len(result.unplaced),
+    }
+
+
+def _child(nodes: int, pending: int, reps: int, seed: int) -> dict[str, Any]:
+    argv = [sys.executable, __file__, "--child", f"{nodes},{pending}", "--reps", str(reps)]
+    proc = subprocess.run([*argv, "--seed", str(seed)], capture_output=True, text=True, check=True)
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
+
+
+def _series(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    base = rows[0]["median_pass_s"] or 1e-9
+    return [{**r, "ratio_to_smallest": round(r["median_pass_s"] / base, 2)} for r in rows]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print only the JSON object")
+    parser.add_argument("--reps", type=int, default=3, help="passes per size (median)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.child:
+        nodes, pending = (int(x) for x in args.child.split(","))
+        print(json.dumps(run_child(nodes, pending, args.reps, args.seed)))
+        return
+
+    headline = _child(*HEADLINE, args.reps, args.seed)
+    by_nodes = _series([_child(n, HEADLINE[1], args.reps, args.seed) for n in NODE_SIZES])
+    by_pending = _series([_child(HEADLINE[0], p, args.reps, args.seed) for p in PENDING_SIZES])
+    summary = {
+        "benchmark": "plan_speed",
+        "median_pass_s": headline["median_pass_s"],
+        "peak_rss_mb": headline["peak_rss_mb"],
+        "headline": headline,
+        "nodes_grow": by_nodes,
+        "pending_grow": by_pending,
+    }
+    if not args.json:
+        for title, rows in (("nodes grow", by_nodes), ("pending grow", by_pending)):
+            print(title)
+            print(
+                f"{'nodes':>6} {'pending':>7} {'pass ms':>8} {'ratio':>6} {'RSS MB':>7} "
+                f"{'starts':>6} {'resv':>5}"
+            )
+            for r in rows:
+                print(
+                    f"{r['nodes']:>6} {r['pending']:>7} {r['median_pass_s'] * 1000:>8.1f} "
+                    f"{r['ratio_to_smallest']:>6.2f} {r['peak_rss_mb']:>7.1f} "
+                    f"{r['starts']:>6} {r['reservations']:>5}"
+                )
+    print(json.dumps(summary, indent=None if args.json else 2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,942 @@
+"""The planner: which managed jobs start now, on which nodes, and which wait for what.
+
+Pure: ``plan(snapshot, fabric, policy, now)`` reads only its arguments and
+returns a frozen :class:`Plan`; Slurm carries the plan out elsewhere.  One
+pass walks the managed pending jobs in Slurm's priority order.  Each job
+either starts now (a :class:`Start` with the rule that chose its nodes),
+gets a backfill :class:`Reservation` at the earliest time its nodes free
+up, or stays :class:`Unplaced` with the cause.  A lower-priority job
+starts only where it delays no reservation.  ``docs/planner.md`` has the
+rules and tie-breaks.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from slurmopt.fabric import Fabric
+from slurmopt.model import ClusterSnapshot, Job, Node, Partition
+from slurmopt.policy.backfill import INFINITY, Timeline
+from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution, queue_distribution
+from slurmopt.policy.placement import Constraint, choose_leaves, fgd_increase, parse_constraint
+
+PLAN_SCHEMA_VERSION = 1
+
+
+class Reason(StrEnum):
+    """Why a job starts where it does, or why it does not start."""
+
+    # starts
+    GANG_FEWEST_LEAVES = "GANG_FEWEST_LEAVES"
+    BEST_FIT_NODE = "BEST_FIT_NODE"
+    BACKFILL = "BACKFILL"
+    # reservations and waits
+    RESERVED = "RESERVED"
+    WAITS_FOR_RESERVATION = "WAITS_FOR_RESERVATION"
+    WAITS_FOR_RESOURCES = "WAITS_FOR_RESOURCES"
+    NEEDS_NODES_IN_ONE_LEAF = "NEEDS_NODES_IN_ONE_LEAF"
+    # never, as things stand
+    TOO_BIG_FOR_PARTITION = "TOO_BIG_FOR_PARTITION"
+    NODES_UNAVAILABLE = "NODES_UNAVAILABLE"
+    NOT_ELIGIBLE = "NOT_ELIGIBLE"
+    UNSUPPORTED_REQUEST = "UNSUPPORTED_REQUEST"
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start ``job_id`` now on exactly ``nodes`` (Slurm is asked to pin it there)."""
+
+    kind: ClassVar[str] = "start"
+    job_id: int
+    nodes: tuple[str, ...]
+    reason: Reason
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "job_id": self.job_id,
+            "nodes": list(self.nodes),
+            "reason": self.reason.value,
+            "detail": self.detail,
+        }
+
+
+#: Every action a plan can hold.  Preempt, Requeue and Shrink join this union later.
+Action = Start
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Nodes held from ``start_time`` for a job that cannot start now; ``reason`` says why not."""
+
+    job_id: int
+    nodes: tuple[str, ...]
+    start_time: float
+    reason: Reason
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "nodes": list(self.nodes),
+            "start_time": self.start_time,
+            "reason": self.reason.value,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    """A managed job that does not start now; ``expected_start`` is set if it has a reservation."""
+
+    job_id: int
+    reason: Reason
+    detail: str = ""
+    expected_start: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "reason": self.reason.value,
+            "detail": self.detail,
+            "expected_start": self.expected_start,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Everything one pass decided, in priority order within each list."""
+
+    actions: tuple[Action, ...]
+    reservations: tuple[Reservation, ...]
+    unplaced: tuple[Unplaced, ...]
+    now: float
+    schema_version: int = PLAN_SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "now": self.now,
+            "actions": [a.to_json() for a in self.actions],
+            "reservations": [r.to_json() for r in self.reservations],
+            "unplaced": [u.to_json() for u in self.unplaced],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The planner's knobs.
+
+    ``backfill_depth``: how many jobs that cannot start get a reservation
+    (Slurm's ``bf_max_job_test`` plays the same role); jobs past it simply
+    wait and may not delay any reservation.  ``require_single_leaf``: a gang
+    that fits on one leaf switch waits for one rather than spreading.
+    ``partitions``: the partitions slurmopt places jobs in (None: all).
+    ``job_sizes``: the distribution the FGD measure uses (None: the queue).
+    """
+
+    backfill_depth: int = 100
+    require_single_leaf: bool = True
+    partitions: frozenset[str] | None = None
+    job_sizes: JobSizeDistribution | None = None
+
+
+#: Pending reasons (prefixes) for which Slurm itself will not start the job now.
+NOT_ELIGIBLE_REASONS = (
+    "Dependency",
+    "BeginTime",
+    "QOS",
+    "Assoc",
+    "Licenses",
+    "Reservation",
+    "Partition",
+    "Invalid",
+    "AccountNotAllowed",
+    "BadConstraints",
+    "JobArrayTaskLimit",
+    "DeadLine",
+    "MaxJobs",
+    "MaxGRES",
+)
+
+_UP_PARTITION_STATES = frozenset({"UP", ""})
+
+
+def default_managed(job: Job) -> bool:
+    """Every pending GPU job."""
+    return job.is_pending and job.gpus_per_node > 0
+
+
+def priority_order(jobs: Sequence[Job], priorities: Mapping[int, int] | None = None) -> list[Job]:
+    """Highest Slurm priority first, then earliest submit, then lowest id.
+
+    ``priorities`` overrides a job's own figure: a held job shows priority
+    0, so the caller passes the priority recorded before it held the job.
+    """
+    overrides = priorities or {}
+
+    def key(job: Job) -> tuple[int, float, int]:
+        prio = overrides.get(job.job_id, job.priority)
+        submitted = job.submit_time if job.submit_time is not None else math.inf
+        return (-prio, submitted, job.job_id)
+
+    return sorted(jobs, key=key)
+
+
+def _not_eligible(job: Job, now: float) -> str | None:
+    """Why Slurm would not start this job now, or None."""
+    if job.begin_time is not None and job.begin_time > now:
+        return f"begin time {job.begin_time:.0f} is {job.begin_time - now:.0f} s away"
+    if job.dependency and job.dependency != "(null)":
+        return f"dependency {job.dependency}"
+    if job.reservation:
+        return f"runs in Slurm reservation {job.reservation}; left to Slurm"
+    if job.reason.startswith(NOT_ELIGIBLE_REASONS):
+        return f"Slurm reason {job.reason}"
+    return None
+
+
+# -- the pass ------------------------------------------------------------------------------------
+@dataclass
+class _Pool:
+    """One partition's usable nodes with the indexes placement reads.
+
+    ``count_ge[leaf][g]``: nodes of the leaf with at least ``g`` free GPUs;
+    ``histogram``: nodes per free-GPU count (free > 0);
+    ``buckets[f]``: heap of nodes with ``f`` free, best-fit order first.
+    """
+
+    partition: Partition
+    nodes: list[str]
+    leaf_nodes: dict[str, list[str]]
+    count_ge: dict[str, list[int]]
+    histogram: Counter[int]
+    buckets: dict[int, list[tuple[int, int, str]]]
+    exists_ge: list[int]
+    capable_ge: list[int]
+    leaf_capable_ge: list[int]
+    max_gpus: int
+    members: frozenset[str] = field(default_factory=frozenset)
+    avail_groups: dict[str, list[str]] = field(default_factory=dict)
+    avail_cache: dict[int, dict[str, tuple[int, list[tuple[float, str]]]]] = field(
+        default_factory=dict
+    )
+
+
+@dataclass
+class _Failure:
+    reason: Reason
+    detail: str
+
+
+class _Planner:
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        fabric: Fabric,
+        policy: Policy,
+        now: float,
+        jobs: list[Job],
+    ) -> None:
+        self.snapshot = snapshot
+        self.fabric = fabric
+        self.policy = policy
+        self.now = now
+        self.jobs = jobs
+        self.timeline = Timeline(now)
+        self.pools: dict[str, _Pool | None] = {}
+        self.pools_of_node: dict[str, list[_Pool]] = {}
+        self.leaf_of: dict[str, str | None] = {}
+        self.group_of: dict[str, str] = {}
+        self.reserved_in_leaf: dict[str, int] = {}
+        self.reserved_by: dict[str, list[int]] = {}
+        #: Bumped when a leaf's (or off-leaf node's) free GPUs or reservations change.
+        self.versions: dict[str, int] = {}
+        self.failures: dict[tuple[Any, ...], _Failure] = {}
+        self.constraints: dict[str, Constraint | None] = {}
+        distribution = policy.job_sizes or queue_distribution(snapshot)
+        self.shapes: tuple[JobShape, ...] = distribution.shapes
+        self.actions: list[Action] = []
+        self.reservations: list[Reservation] = []
+        self.unplaced: list[Unplaced] = []
+        self._build_timeline()
+
+    # -- setup -------------------------------------------------------------------------------
+    def _build_timeline(self) -> None:
+        """Free GPUs now per usable node, and when running jobs give theirs back."""
+        releases: dict[str, list[tuple[float, int]]] = {}
+        exclusive_nodes: set[str] = set()
+        for job in self.snapshot.active_jobs():
+            end = self._running_end(job)
+            for name in job.nodes:
+                indices = job.gpu_indices.get(name)
+                gpus = len(indices) if indices else job.gpus_per_node
+                if job.exclusive:
+                    exclusive_nodes.add(name)
+                    node = self.snapshot.nodes.get(name)
+                    gpus = node.gpus_total if node is not None else gpus
+                releases.setdefault(name, []).append((end, gpus))
+        for name, node in self.snapshot.nodes.items():
+            free = node.gpus_free if node.available and name not in exclusive_nodes else 0
+            held = node.gpus_total - free
+            capped: list[tuple[float, int]] = []
+            for end, gpus in sorted(releases.get(name, ())):
+                give = min(gpus, held)
+                if give > 0:
+                    capped.append((end, give))
+                    held -= give
+            self.timeline.add_node(name, free, capped if node.available else ())
+
+    def _running_end(self, job: Job) -> float:
+        if job.time_limit_s is None:
+            return INFINITY
+        if job.start_time is not None:
+            return job.start_time + job.time_limit_s
+        return job.end_time if job.end_time is not None else INFINITY
+
+    def _leaf(self, node: str) -> str | None:
+        if node not in self.leaf_of:
+            self.leaf_of[node] = self.fabric.leaf_of(node)
+        return self.leaf_of[node]
+
+    def _group(self, leaf: str) -> str:
+        """Leaves with the same uplinks are one group: any two are the fewest hops apart."""
+        group = self.group_of.get(leaf)
+        if group is None:
+            up = self.fabric.uplinks(leaf) if leaf in self.fabric.graph else []
+            group = self.group_of[leaf] = ",".join(up) or leaf
+        return group
+
+    def _pool(self, name: str) -> _Pool | None:
+        if name in self.pools:
+            return self.pools[name]
+        part = self.snapshot.partitions.get(name)
+        if part is None:
+            self.pools[name] = None
+            return None
+        all_nodes = [self.snapshot.nodes[n] for n in part.nodes if n in self.snapshot.nodes]
+        max_gpus = max((n.gpus_total for n in all_nodes), default=0)
+        exists_ge = [0] * (max_gpus + 2)
+        capable_ge = [0] * (max_gpus + 2)
+        leaf_capable: dict[str, list[int]] = {}
+        leaf_nodes: dict[str, list[str]] = {}
+        count_ge: dict[str, list[int]] = {}
+        histogram: Counter[int] = Counter()
+        buckets: dict[int, list[tuple[int, int, str]]] = {}
+        usable = []
+        for node in all_nodes:
+            for g in range(node.gpus_total + 1):
+                exists_ge[g] += 1
+            if not node.available:
+                continue
+            usable.append(node.name)
+            for g in range(node.gpus_total + 1):
+                capable_ge[g] += 1
+            free = self.timeline.free[node.name]
+            leaf = self._leaf(node.name)
+            if leaf is not None:
+                leaf_nodes.setdefault(leaf, []).append(node.name)
+                counts = count_ge.setdefault(leaf, [0] * (max_gpus + 2))
+                for g in range(free + 1):
+                    counts[g] += 1
+                cap = leaf_capable.setdefault(leaf, [0] * (max_gpus + 2))
+                for g in range(node.gpus_total + 1):
+                    cap[g] += 1
+                self._group(leaf)
+            if free > 0:
+                histogram[free] += 1
+                buckets.setdefault(free, []).append(self._bucket_entry(node, free))
+        for heap in buckets.values():
+            heapq.heapify(heap)
+        leaf_capable_ge = [
+            max((cap[g] for cap in leaf_capable.values()), default=0) for g in range(max_gpus + 2)
+        ]
+        pool = _Pool(
+            part,
+            usable,
+            leaf_nodes,
+            count_ge,
+            histogram,
+            buckets,
+            exists_ge,
+            capable_ge,
+            leaf_capable_ge,
+            max_gpus,
+            frozenset(usable),
+        )
+        pool.avail_groups = {**leaf_nodes}
+        for n in usable:
+            self.pools_of_node.setdefault(n, []).append(pool)
+            if self._leaf(n) is None:
+                pool.avail_groups[n] = [n]
+        self.pools[name] = pool
+        return pool
+
+    @staticmethod
+    def _bucket_entry(node: Node, free: int) -> tuple[int, int, str]:
+        """Best-fit order within one free count: partly used nodes first, then weight, name."""
+        return (1 if free >= node.gpus_total else 0, node.weight, node.name)
+
+    # -- state changes -----------------------------------------------------------------------
+    def _bump(self, name: str) -> None:
+        key = self._leaf(name) or name
+        self.versions[key] = self.versions.get(key, 0) + 1
+
+    def _take_now(self, name: str, gpus: int, end: float) -> None:
+        self._bump(name)
+        old = self.timeline.free[name]
+        self.timeline.occupy(name, gpus, end)
+        new = self.timeline.free[name]
+        node = self.snapshot.nodes[name]
+        for pool in self.pools_of_node.get(name, ()):
+            leaf = self._leaf(name)
+            if leaf is not None:
+                counts = pool.count_ge[leaf]
+                for g in range(new + 1, old + 1):
+                    counts[g] -= 1
+            if old > 0:
+                pool.histogram[old] -= 1
+                if pool.histogram[old] == 0:
+                    del pool.histogram[old]
+            if new > 0:
+                pool.histogram[new] += 1
+                heapq.heappush(pool.buckets.setdefault(new, []), self._bucket_entry(node, new))
+
+    def _reserve(self, job_id: int, name: str, gpus: int, start: float, end: float) -> None:
+        self._bump(name)
+        if name not in self.timeline.reserved:
+            leaf = self._leaf(name)
+            if leaf is not None:
+                self.reserved_in_leaf[leaf] = self.reserved_in_leaf.get(leaf, 0) + 1
+        self.timeline.reserve(name, gpus, start, end)
+        self.reserved_by.setdefault(name, []).append(job_id)
+
+    # -- per-node tests ----------------------------------------------------------------------
+    def _constraint(self, job: Job) -> Constraint | None:
+        if job.features not in self.constraints:
+            try:
+                self.constraints[job.features] = parse_constraint(job.features)
+            except ValueError:
+                self.constraints[job.features] = None
+        return self.constraints[job.features]
+
+    @staticmethod
+    def _is_simple(job: Job) -> bool:
+        return not (
+            job.features
+            or job.excluded_nodes
+            or job.required_nodes
+            or job.exclusive
+            or job.gpu_type
+        )
+
+    def _static_ok(self, job: Job, node: Node, constraint: Constraint, gpus: int) -> bool:
+        """What never changes within a pass: type, features, exclusions, size."""
+        if node.gpus_total < gpus:
+            return False
+        if job.gpu_type and node.gpu_type and job.gpu_type != node.gpu_type:
+            return False
+        if job.excluded_nodes and node.name in job.excluded_nodes:
+            return False
+        return constraint.matches(node.features)
+
+    def _need(self, job: Job, node: Node) -> int:
+        """GPUs the job takes on this node: all of them when it runs exclusive."""
+        return node.gpus_total if job.exclusive else job.gpus_per_node
+
+    def _fits_now(
+        self, job: Job, node: Node, constraint: Constraint, end: float, respect: bool
+    ) -> bool:
+        need = self._need(job, node)
+        if not self._static_ok(job, node, constraint, job.gpus_per_node):
+            return False
+        if job.exclusive and (node.alloc_cpus > 0 or self.timeline.free[node.name] < need):
+            return False
+        if respect:
+            return self.timeline.fits_now(node.name, need, end)
+        return self.timeline.free[node.name] >= need
+
+    # -- one job -----------------------------------------------------------------------------
+    def run(self) -> Plan:
+        for job in self.jobs:
+            self._plan_job(job)
+        return Plan(tuple(self.actions), tuple(self.reservations), tuple(self.unplaced), self.now)
+
+    def _unplaced(self, job: Job, reason: Reason, detail: str, at: float | None = None) -> None:
+        self.unplaced.append(Unplaced(job.job_id, reason, detail, at))
+
+    def _plan_job(self, job: Job) -> None:
+        if job.het_job_id is not None:
+            self._unplaced(job, Reason.UNSUPPORTED_REQUEST, "heterogeneous job; left to Slurm")
+            return
+        if job.gpus_per_node <= 0:
+            self._unplaced(job, Reason.UNSUPPORTED_REQUEST, "asks for no GPUs; left to Slurm")
+            return
+        why = _not_eligible(job, self.now)
+        if why is not None:
+            self._unplaced(job, Reason.NOT_ELIGIBLE, why)
+            return
+        constraint = self._constraint(job)
+        if constraint is None:
+            self._unplaced(
+                job, Reason.UNSUPPORTED_REQUEST, f"constraint {job.features!r}; left to Slurm"
+            )
+            return
+        pools, refusal = self._pools_for(job)
+        if not pools:
+            assert refusal is not None
+            self._unplaced(job, refusal.reason, refusal.detail)
+            return
+        end = self._end(job, pools[0].partition)
+        failure: _Failure | None = None
+        for pool in pools:
+            failure = self._try_start(job, pool, constraint, end)
+            if failure is None:
+                return
+        assert failure is not None
+        if len(self.reservations) < self.policy.backfill_depth:
+            if self._try_reserve(job, pools, constraint, failure):
+                return
+        self._unplaced(job, failure.reason, failure.detail)
+
+    def _end(self, job: Job, partition: Partition) -> float:
+        limit = job.time_limit_s if job.time_limit_s is not None else partition.max_time_s
+        return INFINITY if limit is None else self.now + limit
+
+    def _pools_for(self, job: Job) -> tuple[list[_Pool], _Failure | None]:
+        """The job's partitions that are managed, up, and big enough; else why none is."""
+        names = [p for p in (job.partition or self._default_partition()).split(",") if p]
+        managed = self.policy.partitions
+        pools: list[_Pool] = []
+        refusal: _Failure | None = None
+        k = max(job.node_count, 1)
+        gpus = job.gpus_per_node
+        for name in names:
+            if managed is not None and name not in managed:
+                refusal = refusal or _Failure(Reason.NOT_ELIGIBLE, f"partition {name} not managed")
+                continue
+            pool = self._pool(name)
+            if pool is None:
+                refusal = _Failure(Reason.NOT_ELIGIBLE, f"unknown partition {name}")
+                continue
+            part = pool.partition
+            if part.state.upper() not in _UP_PARTITION_STATES:
+                refusal = _Failure(Reason.NOT_ELIGIBLE, f"partition {name} is {part.state}")
+                continue
+            limit = part.max_time_s
+            if limit is not None and job.time_limit_s is not None and job.time_limit_s > limit:
+                refusal = _Failure(
+                    Reason.NOT_ELIGIBLE,
+                    f"time limit {job.time_limit_s} s over partition {name}'s {limit} s",
+                )
+                continue
+            exists = pool.exists_ge[gpus] if gpus <= pool.max_gpus else 0
+            if (part.max_nodes is not None and k > part.max_nodes) or k > exists:
+                refusal = _Failure(
+                    Reason.TOO_BIG_FOR_PARTITION,
+                    f"needs {k} nodes with {gpus} GPUs; partition {name} has {exists}"
+                    + (f" and allows {part.max_nodes} per job" if part.max_nodes else ""),
+                )
+                continue
+            capable = pool.capable_ge[gpus]
+            if k > capable:
+                refusal = _Failure(
+                    Reason.NODES_UNAVAILABLE,
+                    f"needs {k} nodes with {gpus} GPUs; {capable} of partition {name}'s "
+                    f"{exists} are in service",
+                )
+                continue
+            pools.append(pool)
+        return pools, refusal
+
+    def _default_partition(self) -> str:
+        for part in self.snapshot.partitions.values():
+            if part.default:
+                return part.name
+        return ""
+
+    def _single_leaf(self, pool: _Pool, k: int, gpus: int) -> bool:
+        return self.policy.require_single_leaf and k <= pool.leaf_capable_ge[gpus]
+
+    def _cache_key(self, job: Job, pool: _Pool, end: float) -> tuple[Any, ...]:
+        return (
+            pool.partition.name,
+            max(job.node_count, 1),
+            job.gpus_per_node,
+            job.features,
+            job.gpu_type,
+            job.excluded_nodes,
+            job.required_nodes,
+            job.exclusive,
+            end,
+        )
+
+    def _try_start(
+        self, job: Job, pool: _Pool, constraint: Constraint, end: float
+    ) -> _Failure | None:
+        """Start the job in this pool now if it fits without delaying a reservation."""
+        k = max(job.node_count, 1)
+        gpus = job.gpus_per_node
+        # Resources only shrink during a pass, so a request that failed fails again.
+        key = self._cache_key(job, pool, end)
+        cached = self.failures.get(key)
+        if cached is not None:
+            return cached
+        fitting = sum(n for f, n in pool.histogram.items() if f >= gpus)
+        if fitting < k:
+            failure = _Failure(
+                Reason.WAITS_FOR_RESOURCES,
+                f"needs {k} node(s) with {gpus} free GPUs; {fitting} in partition "
+                f"{pool.partition.name}",
+            )
+            self.failures[key] = failure
+            return failure
+        if k == 1 and not job.required_nodes:
+            result = self._start_single(job, pool, constraint, end)
+        else:
+            result = self._start_gang(job, pool, constraint, end, k)
+        if isinstance(result, _Failure):
+            self.failures[key] = result
+            return result
+        return None
+
+    def _start_reason(self, placed: Reason) -> Reason:
+        return Reason.BACKFILL if self.reservations else placed
+
+    def _start_single(
+        self, job: Job, pool: _Pool, constraint: Constraint, end: float
+    ) -> _Failure | None:
+        gpus = job.gpus_per_node
+        rise = fgd_increase(pool.histogram, self.shapes, gpus)
+        blocked = False
+        for f in sorted(rise, key=lambda f: (rise[f], f - gpus)):
+            name, held_back = self._first_in_bucket(pool, f, job, constraint, end)
+            blocked = blocked or held_back
+            if name is None:
+                continue
+            node = self.snapshot.nodes[name]
+            need = self._need(job, node)
+            self._take_now(name, need, end)
+            detail = (
+                f"{name}: {need} of {f} free GPUs taken, {f - need} left; "
+                f"FGD unusable GPUs {rise[f]:+.2f}"
+            )
+            self.actions.append(
+                Start(job.job_id, (name,), self._start_reason(Reason.BEST_FIT_NODE), detail)
+            )
+            return None
+        if blocked:
+            return _Failure(
+                Reason.RESERVED,
+                f"nodes with {gpus} free GPUs are reserved for higher-priority jobs",
+            )
+        return _Failure(
+            Reason.WAITS_FOR_RESOURCES,
+            f"needs {gpus} free GPUs on one node matching its constraints",
+        )
+
+    def _first_in_bucket(
+        self, pool: _Pool, free: int, job: Job, constraint: Constraint, end: float
+    ) -> tuple[str | None, bool]:
+        """The best-fit node with ``free`` free GPUs the job may take; and was one reserved."""
+        heap = pool.buckets.get(free, [])
+        skipped: list[tuple[int, int, str]] = []
+        found: str | None = None
+        blocked = False
+        while heap:
+            entry = heapq.heappop(heap)
+            name = entry[2]
+            if self.timeline.free[name] != free:
+                continue  # stale: the node has moved to another bucket
+            skipped.append(entry)
+            node = self.snapshot.nodes[name]
+            if self._fits_now(job, node, constraint, end, respect=True):
+                found = name
+                break
+            if not blocked and self._fits_now(job, node, constraint, end, respect=False):
+                blocked = True
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+        return found, blocked
+
+    def _node_order(self, name: str) -> tuple[int, int, int, str]:
+        node = self.snapshot.nodes[name]
+        free = self.timeline.free[name]
+        return (free, 1 if free >= node.gpus_total else 0, node.weight, name)
+
+    def _start_gang(
+        self, job: Job, pool: _Pool, constraint: Constraint, end: float, k: int
+    ) -> _Failure | None:
+        gpus = job.gpus_per_node
+        nodes = self.snapshot.nodes
+        required = [n for n in job.required_nodes]
+        if required:
+            bad = [
+                n
+                for n in required
+                if n not in pool.members
+                or not self._fits_now(job, nodes[n], constraint, end, respect=True)
+            ]
+            if bad:
+                return _Failure(
+                    Reason.WAITS_FOR_RESOURCES, f"required node(s) {', '.join(bad)} not free"
+                )
+            if len(required) >= k:
+                self._commit_start(job, required[:k], end, Reason.GANG_FEWEST_LEAVES, "")
+                return None
+        simple = self._is_simple(job)
+        respected = self._usable_by_leaf(job, pool, constraint, end, simple, True, set(required))
+        need = k - len(required)
+        single = self._single_leaf(pool, k, gpus) and not required
+        choice = choose_leaves(
+            {leaf: len(v) for leaf, v in respected.items()}, need, self.group_of, single
+        )
+        if choice is None:
+            return self._gang_failure(job, pool, constraint, end, k, respected, single, required)
+        chosen = list(required)
+        for leaf, count in choice.take:
+            ranked = sorted(respected[leaf], key=self._node_order)
+            chosen.extend(ranked[:count])
+        leaves = ", ".join(choice.leaves)
+        detail = (
+            f"{k} nodes on {len(choice.leaves)} leaf switch(es) ({leaves}); "
+            f"{choice.left_over} usable node(s) left on them"
+        )
+        self._commit_start(job, chosen, end, Reason.GANG_FEWEST_LEAVES, detail)
+        return None
+
+    def _usable_by_leaf(
+        self,
+        job: Job,
+        pool: _Pool,
+        constraint: Constraint,
+        end: float,
+        simple: bool,
+        respect: bool,
+        skip: set[str],
+    ) -> dict[str, list[str]]:
+        """Nodes the job could take now, per leaf; the indexes skip leaves with none."""
+        gpus = job.gpus_per_node
+        free = self.timeline.free
+        nodes = self.snapshot.nodes
+        out: dict[str, list[str]] = {}
+        for leaf, counts in pool.count_ge.items():
+            if counts[gpus] == 0:
+                continue
+            members = pool.leaf_nodes[leaf]
+            if simple and not skip and (not respect or not self.reserved_in_leaf.get(leaf)):
+                usable = [n for n in members if free[n] >= gpus]
+            else:
+                usable = [
+                    n
+                    for n in members
+                    if n not in skip and self._fits_now(job, nodes[n], constraint, end, respect)
+                ]
+            if usable:
+                out[leaf] = usable
+        return out
+
+    def _gang_failure(
+        self,
+        job: Job,
+        pool: _Pool,
+        constraint: Constraint,
+        end: float,
+        k: int,
+        respected: Mapping[str, list[str]],
+        single: bool,
+        required: list[str],
+    ) -> _Failure:
+        gpus = job.gpus_per_node
+        total = sum(len(v) for v in respected.values())
+        best = max((len(v) for v in respected.values()), default=0)
+        where = (
+            f"needs {k} nodes with {gpus} free GPUs; {total} free across "
+            f"{len(respected)} leaves, at most {best} on one"
+        )
+        if self.reservations:
+            loose = self._usable_by_leaf(
+                job, pool, constraint, end, self._is_simple(job), False, set(required)
+            )
+            if choose_leaves(
+                {leaf: len(v) for leaf, v in loose.items()},
+                k - len(required),
+                self.group_of,
+                single,
+            ):
+                return _Failure(
+                    Reason.RESERVED, f"{where}; more are free but reserved for higher-priority jobs"
+                )
+        if single and total >= k:
+            return _Failure(Reason.NEEDS_NODES_IN_ONE_LEAF, where)
+        return _Failure(Reason.WAITS_FOR_RESOURCES, where)
+
+    def _commit_start(
+        self, job: Job, chosen: Sequence[str], end: float, placed: Reason, detail: str
+    ) -> None:
+        for name in chosen:
+            self._take_now(name, self._need(job, self.snapshot.nodes[name]), end)
+        self.actions.append(Start(job.job_id, tuple(chosen), self._start_reason(placed), detail))
+
+    # -- reservations ------------------------------------------------------------------------
+    def _try_reserve(
+        self, job: Job, pools: list[_Pool], constraint: Constraint, failure: _Failure
+    ) -> bool:
+        """Hold the earliest block of nodes that frees up for the job; False if none ever does."""
+        best: tuple[float, list[str], _Pool] | None = None
+        for pool in pools:
+            found = self._earliest_block(job, pool, constraint)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = (found[0], found[1], pool)
+        if best is None:
+            return False
+        start, chosen, pool = best
+        limit = self._end(job, pool.partition) - self.now
+        end = start + limit
+        for name in chosen:
+            self._reserve(job.job_id, name, self._need(job, self.snapshot.nodes[name]), start, end)
+        self.reservations.append(
+            Reservation(job.job_id, tuple(chosen), start, failure.reason, failure.detail)
+        )
+        wait = start - self.now
+        self._unplaced(
+            job,
+            Reason.WAITS_FOR_RESERVATION,
+            f"{failure.detail}; reserved {len(chosen)} node(s) from now+{wait:.0f} s",
+            start,
+        )
+        return True
+
+    def _availability(
+        self, job: Job, pool: _Pool, constraint: Constraint, k: int
+    ) -> dict[str, list[tuple[float, str]]]:
+        """Per leaf (or per off-leaf node, for one-node jobs): when each node is ready, sorted.
+
+        For jobs without node constraints the lists are cached per leaf and
+        rebuilt only for leaves whose nodes changed since.
+        """
+        gpus = job.gpus_per_node
+        nodes = self.snapshot.nodes
+        ready_from = self.timeline.available_from
+        simple = self._is_simple(job)
+        groups = pool.leaf_nodes if k > 1 else pool.avail_groups
+        cache = pool.avail_cache.setdefault(gpus, {}) if simple else None
+        out: dict[str, list[tuple[float, str]]] = {}
+        for key, members in groups.items():
+            version = self.versions.get(key, 0)
+            if cache is not None:
+                hit = cache.get(key)
+                if hit is not None and hit[0] == version:
+                    if hit[1]:
+                        out[key] = hit[1]
+                    continue
+            times = []
+            for name in members:
+                node = nodes[name]
+                if node.gpus_total < gpus:
+                    continue
+                if not simple and not self._static_ok(job, node, constraint, gpus):
+                    continue
+                at = ready_from(name, self._need(job, node))
+                if at < INFINITY:
+                    times.append((at, name))
+            times.sort()
+            if cache is not None:
+                cache[key] = (version, times)
+            if times:
+                out[key] = times
+        return out
+
+    def _earliest_block(
+        self, job: Job, pool: _Pool, constraint: Constraint
+    ) -> tuple[float, list[str]] | None:
+        k = max(job.node_count, 1)
+        gpus = job.gpus_per_node
+        when = self._availability(job, pool, constraint, k)
+        required = set(job.required_nodes)
+        if required:
+            req = [(at, n) for v in when.values() for at, n in v if n in required]
+            if len(req) < len(required):
+                return None
+            if len(required) >= k:
+                return max(at for at, _ in req), sorted(required)[:k]
+        single = self._single_leaf(pool, k, gpus) and not required
+        if single or k == 1:
+            starts = [v[k - 1][0] for v in when.values() if len(v) >= k]
+            if not starts:
+                return None
+            start = min(starts)
+        else:
+            earliest = list(itertools.islice(heapq.merge(*when.values()), k))
+            if len(earliest) < k:
+                return None
+            start = earliest[-1][0]
+        ready: dict[str, list[tuple[float, str]]] = {}
+        for key, v in when.items():
+            upto = bisect.bisect_right(v, (start, "\uffff"))
+            if upto:
+                ready[key] = v[:upto]
+        if k == 1:
+            _, name = min(v[0] for v in ready.values())
+            return start, [name]
+        fixed = [n for v in ready.values() for _, n in v if n in required]
+        choice = choose_leaves(
+            {leaf: sum(1 for _, n in v if n not in required) for leaf, v in ready.items()},
+            k - len(fixed),
+            self.group_of,
+            single,
+        )
+        if choice is None:
+            return None
+        chosen = list(fixed)
+        for leaf, count in choice.take:
+            # Latest-ready nodes first: the earlier ones stay free for backfill.
+            ranked = sorted(
+                (n for n in ready[leaf] if n[1] not in required), key=lambda x: (-x[0], x[1])
+            )
+            chosen.extend(n for _, n in ranked[:count])
+        return start, chosen
+
+
+def plan(
+    snapshot: ClusterSnapshot,
+    fabric: Fabric,
+    policy: Policy | None = None,
+    now: float | None = None,
+    managed: Callable[[Job], bool] = default_managed,
+    priorities: Mapping[int, int] | None = None,
+) -> Plan:
+    """Decide which managed pending jobs start now and where; see the module docstring.
+
+    ``managed`` picks the pending jobs to plan (default: every pending GPU
+    job); every other job still holds what Slurm says it holds.
+    ``priorities`` overrides Slurm's priority per job id (held jobs show 0).
+    ``now`` defaults to the snapshot's time.
+    """
+    policy = policy or Policy()
+    at = snapshot.taken_at if now is None else now
+    jobs = [j for j in snapshot.jobs.values() if j.is_pending and managed(j)]
+    return _Planner(snapshot, fabric, policy, at, priority_order(jobs, priorities)).run()
+
+
+__all__ = [
+    "Action",
+    "Plan",
+    "Policy",
+    "Reason",
+    "Reservation",
+    "Start",
+    "Unplaced",
+    "default_managed",
+    "plan",
+    "priority_order",
+]

@@ -1,0 +1,251 @@
+"""The planner: gang and single-node placement, eligibility, order, accounting, JSON."""
+
+from __future__ import annotations
+
+import json
+
+from slurmopt.model import NodeState
+from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution
+from slurmopt.policy.plan import Policy, Reason, Start, plan
+from tests.unit.test_plan_helpers import (
+    NOW,
+    busy_leaves,
+    gpu_node,
+    leaf_fabric,
+    pending,
+    running,
+    snapshot,
+)
+
+EXAMPLE = {"leafA": 3, "leafB": 5, "leafC": 2, "leafD": 6}
+SPREAD = Policy(require_single_leaf=False)
+
+
+def _starts(result: object) -> dict[int, Start]:
+    return {a.job_id: a for a in result.actions}  # type: ignore[attr-defined]
+
+
+def _unplaced(result: object) -> dict[int, object]:
+    return {u.job_id: u for u in result.unplaced}  # type: ignore[attr-defined]
+
+
+def _leaf_counts(nodes: tuple[str, ...]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for n in nodes:
+        leaf = n.split("n")[0]
+        counts[leaf] = counts.get(leaf, 0) + 1
+    return counts
+
+
+def test_five_node_gang_goes_on_the_leaf_with_exactly_five_free() -> None:
+    nodes, jobs, fabric = busy_leaves(EXAMPLE)
+    result = plan(snapshot(nodes, [*jobs, pending(1, nodes=5)]), fabric)
+    start = _starts(result)[1]
+    assert start.reason is Reason.GANG_FEWEST_LEAVES
+    assert start.nodes == tuple(f"leafBn{i}" for i in range(5))
+
+
+def test_seven_node_gang_spans_two_leaves_that_fit_exactly() -> None:
+    nodes, jobs, fabric = busy_leaves(EXAMPLE)
+    result = plan(snapshot(nodes, [*jobs, pending(1, nodes=7)]), fabric, SPREAD)
+    assert _leaf_counts(_starts(result)[1].nodes) == {"leafB": 5, "leafC": 2}
+
+
+def test_seven_node_gang_waits_for_one_leaf_by_default() -> None:
+    nodes, jobs, fabric = busy_leaves(EXAMPLE)  # running jobs have no limit: no reservation
+    result = plan(snapshot(nodes, [*jobs, pending(1, nodes=7)]), fabric)
+    assert not result.actions
+    unplaced = _unplaced(result)[1]
+    assert unplaced.reason is Reason.NEEDS_NODES_IN_ONE_LEAF  # type: ignore[attr-defined]
+    assert "16 free across 4 leaves, at most 6 on one" in unplaced.detail  # type: ignore[attr-defined]
+
+
+def test_gang_larger_than_free_waits_with_counts() -> None:
+    nodes, jobs, fabric = busy_leaves(EXAMPLE)
+    result = plan(snapshot(nodes, [*jobs, pending(1, nodes=17)]), fabric, SPREAD)
+    assert not result.actions
+    unplaced = _unplaced(result)[1]
+    assert unplaced.reason is Reason.WAITS_FOR_RESOURCES  # type: ignore[attr-defined]
+
+
+def test_twelve_nodes_over_three_leaves() -> None:
+    nodes, jobs, fabric = busy_leaves(EXAMPLE)
+    result = plan(snapshot(nodes, [*jobs, pending(1, nodes=12)]), fabric, SPREAD)
+    assert _leaf_counts(_starts(result)[1].nodes) == {"leafB": 5, "leafC": 2, "leafD": 5}
+
+
+def test_gangs_in_priority_order_account_for_each_other() -> None:
+    nodes, jobs, fabric = busy_leaves(EXAMPLE)
+    # 5 -> leafB; the next 5 -> leafD (6 free, the only leaf left with 5); 3 -> leafA.
+    jobs += [pending(1, nodes=5), pending(2, nodes=5), pending(3, nodes=3), pending(4, nodes=3)]
+    starts = _starts(plan(snapshot(nodes, jobs), fabric, Policy(backfill_depth=0)))
+    assert _leaf_counts(starts[1].nodes) == {"leafB": 5}
+    assert _leaf_counts(starts[2].nodes) == {"leafD": 5}
+    assert _leaf_counts(starts[3].nodes) == {"leafA": 3}
+    assert 4 not in starts  # 1 + 2 left on two leaves; one leaf required
+    used = [n for s in starts.values() for n in s.nodes]
+    assert len(used) == len(set(used))
+
+
+def test_two_gpu_job_fills_the_gap_beside_other_jobs() -> None:
+    nodes = [gpu_node("a", alloc=6), gpu_node("b")]
+    result = plan(snapshot(nodes, [pending(1, gpus=2)]), leaf_fabric({"l1": ["a", "b"]}))
+    start = _starts(result)[1]
+    assert start.nodes == ("a",)
+    assert start.reason is Reason.BEST_FIT_NODE
+
+
+def test_single_node_choice_minimises_unusable_gpus() -> None:
+    # Shapes: 4-GPU and 3-GPU single-node jobs.  Free: c 4, d 3, e 2.
+    # From e (2 -> 0): the 2 stranded GPUs disappear, unusable falls by 4: best.
+    # Without e: from c (4 -> 2) both shapes lose GPUs (+4); from d (3 -> 1) -1.
+    nodes = [gpu_node("c", alloc=4), gpu_node("d", alloc=5), gpu_node("e", alloc=6)]
+    sizes = JobSizeDistribution("test", (JobShape(1, 4, 1.0), JobShape(1, 3, 1.0)))
+    policy = Policy(job_sizes=sizes)
+    fabric = leaf_fabric({"l1": ["c", "d", "e"]})
+    result = plan(snapshot(nodes, [pending(1, gpus=2)]), fabric, policy)
+    assert _starts(result)[1].nodes == ("e",)
+    result = plan(snapshot(nodes[:2], [pending(1, gpus=2)]), fabric, policy)
+    assert _starts(result)[1].nodes == ("d",)
+
+
+def test_eight_gpu_job_needs_a_fully_free_node_and_accounts_it() -> None:
+    nodes = [gpu_node("a", alloc=1), gpu_node("b")]
+    jobs = [pending(1), pending(2)]
+    result = plan(snapshot(nodes, jobs), leaf_fabric({"l1": ["a", "b"]}), Policy(backfill_depth=0))
+    assert _starts(result)[1].nodes == ("b",)
+    assert 2 not in _starts(result)
+    assert _unplaced(result)[2].reason is Reason.WAITS_FOR_RESOURCES  # type: ignore[attr-defined]
+
+
+def test_slurm_ineligible_jobs_never_start() -> None:
+    nodes = [gpu_node(f"n{i}") for i in range(8)]
+    jobs = [
+        pending(1, dependency="afterok:77(unfulfilled)"),
+        pending(2, begin_time=NOW + 600),
+        pending(3, reason="QOSMaxGRESPerUser"),
+        pending(4, reason="AssocGrpGRES"),
+        pending(5, reason="Licenses"),
+        pending(6, reservation="maint"),
+        pending(7, het_job_id=7),
+        pending(8, reason="Priority", begin_time=NOW - 5),
+    ]
+    result = plan(snapshot(nodes, jobs), leaf_fabric({"l1": [n.name for n in nodes]}))
+    assert set(_starts(result)) == {8}
+    unplaced = _unplaced(result)
+    for job_id in (1, 2, 3, 4, 5, 6):
+        assert unplaced[job_id].reason is Reason.NOT_ELIGIBLE  # type: ignore[attr-defined]
+    assert unplaced[7].reason is Reason.UNSUPPORTED_REQUEST  # type: ignore[attr-defined]
+    assert "QOSMaxGRESPerUser" in unplaced[3].detail  # type: ignore[attr-defined]
+
+
+def test_priority_order_and_held_job_override() -> None:
+    nodes = [gpu_node("a")]
+    fabric = leaf_fabric({"l1": ["a"]})
+    low = pending(1, priority=10)
+    high = pending(2, priority=20)
+    held = pending(3, priority=0, held=True, reason="JobHeldUser")
+    result = plan(snapshot(nodes, [low, high, held]), fabric, Policy(backfill_depth=0))
+    assert set(_starts(result)) == {2}
+    result = plan(
+        snapshot(nodes, [low, high, held]), fabric, Policy(backfill_depth=0), priorities={3: 50}
+    )
+    assert set(_starts(result)) == {3}
+
+
+def test_equal_priority_goes_by_submit_time_then_id() -> None:
+    nodes = [gpu_node("a")]
+    fabric = leaf_fabric({"l1": ["a"]})
+    jobs = [
+        pending(5, priority=1, submit_time=NOW - 10),
+        pending(6, priority=1, submit_time=NOW - 20),
+    ]
+    assert set(_starts(plan(snapshot(nodes, jobs), fabric, Policy(backfill_depth=0)))) == {6}
+
+
+def test_node_constraints_are_honoured() -> None:
+    nodes = [
+        gpu_node("a", features=frozenset({"h100"})),
+        gpu_node("b", features=frozenset({"h100", "ib"})),
+        gpu_node("c", features=frozenset({"a100"})),
+        gpu_node("d", flags=frozenset({"DRAIN"})),
+        gpu_node("e"),
+    ]
+    fabric = leaf_fabric({"l1": [n.name for n in nodes]})
+    cases = {
+        1: (pending(1, features="h100&ib"), ("b",)),
+        2: (pending(2, features="a100|v100"), ("c",)),
+        3: (pending(3, excluded_nodes=("a", "b", "c")), ("e",)),
+        4: (pending(4, nodes=2, required_nodes=("a",)), None),
+    }
+    for job_id, (job, expected) in cases.items():
+        result = plan(snapshot(nodes, [job]), fabric)
+        if expected is not None:
+            assert _starts(result)[job_id].nodes == expected
+    gang = _starts(plan(snapshot(nodes, [cases[4][0]]), fabric))[4]
+    assert "a" in gang.nodes and "d" not in gang.nodes and len(gang.nodes) == 2
+    only_drained = plan(snapshot(nodes, [pending(9, required_nodes=("d",), nodes=1)]), fabric)
+    assert 9 not in _starts(only_drained)
+
+
+def test_exclusive_job_takes_a_whole_idle_node() -> None:
+    nodes = [gpu_node("a", alloc=4), gpu_node("b")]
+    jobs = [pending(1, gpus=1, exclusive=True), pending(2, gpus=1)]
+    result = plan(snapshot(nodes, jobs), leaf_fabric({"l1": ["a", "b"]}))
+    assert _starts(result)[1].nodes == ("b",)
+    assert _starts(result)[2].nodes == ("a",)  # b is wholly taken
+
+
+def test_partition_limits() -> None:
+    nodes = [gpu_node(f"n{i}") for i in range(4)]
+    nodes[3] = gpu_node("n3", flags=frozenset({"DRAIN"}))
+    fabric = leaf_fabric({"l1": [n.name for n in nodes]})
+    parts = {"gpu": ["n0", "n1", "n2", "n3"], "small": ["n0"]}
+    jobs = [
+        pending(1, nodes=5),
+        pending(2, nodes=4),
+        pending(3, nodes=2, partition="small"),
+        pending(4, gpus=16),
+        pending(5, partition="small"),
+    ]
+    result = plan(snapshot(nodes, jobs, parts), fabric)
+    unplaced = _unplaced(result)
+    assert unplaced[1].reason is Reason.TOO_BIG_FOR_PARTITION  # type: ignore[attr-defined]
+    assert unplaced[2].reason is Reason.NODES_UNAVAILABLE  # type: ignore[attr-defined]
+    assert unplaced[3].reason is Reason.TOO_BIG_FOR_PARTITION  # type: ignore[attr-defined]
+    assert unplaced[4].reason is Reason.TOO_BIG_FOR_PARTITION  # type: ignore[attr-defined]
+    assert _starts(result)[5].nodes == ("n0",)
+    down = plan(snapshot(nodes, [pending(6)], state="DOWN"), fabric)
+    assert _unplaced(down)[6].reason is Reason.NOT_ELIGIBLE  # type: ignore[attr-defined]
+
+
+def test_managed_selects_jobs_and_others_still_hold_nodes() -> None:
+    nodes = [gpu_node("a", alloc=8), gpu_node("b")]
+    jobs = [running(50, ["a"]), pending(1), pending(2, gpus=0)]
+    result = plan(
+        snapshot(nodes, jobs), leaf_fabric({"l1": ["a", "b"]}), managed=lambda j: j.job_id == 1
+    )
+    assert _starts(result)[1].nodes == ("b",)
+    assert {u.job_id for u in result.unplaced} == set()
+
+
+def test_down_node_state_is_never_used() -> None:
+    nodes = [gpu_node("a").__class__(name="a", state=NodeState.DOWN, gpus_total=8), gpu_node("b")]
+    result = plan(snapshot(nodes, [pending(1), pending(2)]), leaf_fabric({"l1": ["a", "b"]}))
+    assert _starts(result)[1].nodes == ("b",)
+    assert 2 not in _starts(result)
+
+
+def test_plan_to_json_is_plain_json() -> None:
+    nodes, jobs, fabric = busy_leaves(EXAMPLE)
+    result = plan(snapshot(nodes, [*jobs, pending(1, nodes=5), pending(2, nodes=40)]), fabric)
+    doc = json.loads(json.dumps(result.to_json()))
+    assert doc["actions"][0] == {
+        "kind": "start",
+        "job_id": 1,
+        "nodes": [f"leafBn{i}" for i in range(5)],
+        "reason": "GANG_FEWEST_LEAVES",
+        "detail": result.actions[0].detail,
+    }
+    assert doc["unplaced"][0]["job_id"] == 2
+    assert doc["now"] == NOW
