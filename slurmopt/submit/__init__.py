@@ -1,0 +1,283 @@
+"""``slurmopt submit``: turn an sbatch command line into a tagged one, without I/O.
+
+The builder takes the words given to ``slurmopt submit`` and the text of
+the job script, and returns the exact argument list for the real
+``sbatch``: the user's own options and script untouched and in order,
+slurmopt's options (``--template``, ``--preemptible``, ``--elastic``)
+taken out, and the job comment replaced by one that carries the slurmopt
+tag in front of the user's comment.  Keeping this pure is what lets the
+unit tests pin the argument list against golden files; running sbatch is
+the command's job (:mod:`slurmopt.cli.submit`).
+
+slurmopt's own options can also sit in the script, on ``#SOPT`` lines read
+by the same rules as ``#SBATCH`` lines: sbatch ignores those, where it would
+reject ``#SBATCH --elastic`` (and ``#SLURMOPT``: sbatch refuses every line
+that starts with ``#SLURM`` as a misspelt ``#SBATCH``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from slurmopt.errors import UsageError
+from slurmopt.submit.directives import (
+    Arity,
+    DirectiveError,
+    Option,
+    ParsedArgs,
+    join_tokens,
+    script_directives,
+    split_args,
+)
+from slurmopt.submit.tag import JobTag, check_template_name, format_comment, parse_elastic
+
+#: slurmopt's own options: recognised only when spelled in full, never sent to sbatch.
+OWN_OPTIONS: dict[str, Arity] = {
+    "template": Arity.REQUIRED,
+    "preemptible": Arity.NONE,
+    "elastic": Arity.REQUIRED,
+}
+
+#: The script prefix for slurmopt's own options (sbatch treats these lines as comments).
+OWN_PREFIX = "#SOPT"
+
+#: Job templates ``--template`` can render; none are shipped yet.
+TEMPLATES: frozenset[str] = frozenset()
+
+#: Options after which sbatch only prints something and submits nothing.
+_INFO_ONLY = frozenset({"usage", "version"})
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitRequest:
+    """The job as sbatch will see it, as far as slurmopt cares: directives, then command line.
+
+    Values are sbatch's strings, unparsed (``nodes="2-4"``); ``None`` means
+    not given.  ``SBATCH_*`` environment variables are not folded in.
+    """
+
+    script: str | None = None
+    script_args: tuple[str, ...] = ()
+    wrap: str | None = None
+    partition: str | None = None
+    nodes: str | None = None
+    gres: str | None = None
+    gpus_per_node: str | None = None
+    time: str | None = None
+    job_name: str | None = None
+    comment: str | None = None
+    hold: bool = False
+    parsable: bool = False
+    tag: JobTag = field(default_factory=JobTag)
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """What to run: ``sbatch`` with ``args``; the script on stdin when ``reads_stdin``."""
+
+    args: list[str]
+    request: SubmitRequest
+    reads_stdin: bool = False
+    info_only: bool = False
+
+    @property
+    def comment(self) -> str:
+        return format_comment(self.request.tag, self.request.comment)
+
+
+def parse_command_line(args: Sequence[str]) -> ParsedArgs:
+    """Split ``slurmopt submit``'s words as sbatch would, knowing slurmopt's own options too."""
+    return split_args(args, extra_long=OWN_OPTIONS, exact_only=OWN_OPTIONS)
+
+
+def wants_help(parsed: ParsedArgs) -> bool:
+    """``-h``/``--help`` among the options (not among the script's arguments)."""
+    return any(opt.name == "help" for opt in parsed.options)
+
+
+def is_info_only(parsed: ParsedArgs) -> bool:
+    """``--usage`` or ``--version``: sbatch prints and exits, so no script is read or tagged."""
+    return any(opt.name in _INFO_ONLY for opt in parsed.options)
+
+
+def reads_stdin(parsed: ParsedArgs) -> bool:
+    """sbatch takes the script from stdin when there is neither a script nor ``--wrap``."""
+    if parsed.script is not None or is_info_only(parsed):
+        return False
+    return not any(opt.name == "wrap" and opt.value is not None for opt in parsed.options)
+
+
+def build_submission(
+    args: Sequence[str],
+    script_text: str | None = None,
+    script_name: str = "-",
+) -> Submission:
+    """The sbatch argument list for ``slurmopt submit ARGS``, given the script's text.
+
+    ``script_text`` is None when there is no script to read (``--wrap``, or
+    a script sbatch will fail to open with its own message).  Raises
+    :class:`UsageError` for slurmopt's own bad options; sbatch's options are
+    never judged here, sbatch does that.
+    """
+    parsed = parse_command_line(args)
+    info_only = is_info_only(parsed)
+    script_opts: list[Option] = []
+    own_script_opts: list[Option] = []
+    if script_text is not None and not info_only:
+        script_opts, own_script_opts = _script_options(script_text, script_name)
+
+    first = [o for o in parsed.options if o.component == 0]
+    own_cli = [o for o in parsed.options if o.name in OWN_OPTIONS and o.known]
+    tag = _own_options(own_script_opts + own_cli, script_name)
+    request = _merge(script_opts + first, tag, parsed)
+
+    kept = [
+        o
+        for o in parsed.options
+        if not (o.name in OWN_OPTIONS and o.known)
+        and not (o.component == 0 and o.name == "comment" and o.value is not None)
+    ]
+    sbatch_args = join_tokens(kept) + list(parsed.rest)
+    if not info_only:
+        sbatch_args.insert(0, f"--comment={format_comment(request.tag, request.comment)}")
+    return Submission(
+        args=sbatch_args,
+        request=request,
+        reads_stdin=reads_stdin(parsed),
+        info_only=info_only,
+    )
+
+
+def _script_options(text: str, script_name: str) -> tuple[list[Option], list[Option]]:
+    """The script's sbatch options, and its slurmopt options (from ``#SOPT`` lines)."""
+    try:
+        sbatch_lines = script_directives(text, "#SBATCH")
+        own_lines = script_directives(text, OWN_PREFIX)
+    except DirectiveError:
+        return [], []  # sbatch stops on it with its own message
+    sbatch_opts: list[Option] = []
+    for line in sbatch_lines:
+        split = split_args(line.words, extra_long=OWN_OPTIONS, exact_only=OWN_OPTIONS)
+        for opt in split.options:
+            if opt.name in OWN_OPTIONS and opt.known:
+                shown = " ".join(opt.tokens)
+                raise UsageError(
+                    f"{script_name}:{line.lineno}: {shown} is a slurmopt option, which sbatch "
+                    f"rejects on #SBATCH lines; write it as '{OWN_PREFIX} {shown}'"
+                )
+            sbatch_opts.append(opt)
+    own_opts: list[Option] = []
+    for line in own_lines:
+        split = split_args(line.words, extra_long=OWN_OPTIONS, exact_only=OWN_OPTIONS)
+        stray = [o for o in split.options if not (o.name in OWN_OPTIONS and o.known)]
+        if stray or split.rest:
+            word = " ".join(stray[0].tokens) if stray else split.rest[0]
+            raise UsageError(
+                f"{script_name}:{line.lineno}: {word!r} is not a slurmopt option "
+                f"({OWN_PREFIX} lines take only --template, --preemptible, --elastic)"
+            )
+        own_opts.extend(split.options)
+    return sbatch_opts, own_opts
+
+
+def _own_options(options: Sequence[Option], script_name: str) -> JobTag:
+    """slurmopt's options, in order (script first, so the command line wins), as a tag."""
+    preemptible = False
+    elastic: tuple[int, int] | None = None
+    template: str | None = None
+    for opt in options:
+        if opt.name == "preemptible":
+            if opt.value is not None:
+                raise UsageError(f"--preemptible takes no value, got {opt.tokens[0]!r}")
+            preemptible = True
+        elif opt.value is None:
+            raise UsageError(f"--{opt.name} needs a value")
+        elif opt.name == "elastic":
+            try:
+                elastic = parse_elastic(opt.value)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+        elif opt.name == "template":
+            try:
+                template = check_template_name(opt.value)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+    if template is not None and template not in TEMPLATES:
+        raise UsageError(f"unknown template {template!r}")
+    return JobTag(preemptible=preemptible, elastic=elastic, template=template)
+
+
+_FIELDS = {
+    "partition": "partition",
+    "nodes": "nodes",
+    "gres": "gres",
+    "gpus-per-node": "gpus_per_node",
+    "time": "time",
+    "job-name": "job_name",
+    "comment": "comment",
+    "wrap": "wrap",
+}
+
+
+def _merge(options: Sequence[Option], tag: JobTag, parsed: ParsedArgs) -> SubmitRequest:
+    """Fold options in order, last one winning, as sbatch applies them."""
+    values: dict[str, str] = {}
+    hold = parsable = False
+    for opt in options:
+        if not opt.known:
+            continue
+        if opt.name in _FIELDS and opt.value is not None:
+            values[_FIELDS[opt.name]] = opt.value
+        elif opt.name == "hold":
+            hold = True
+        elif opt.name == "parsable":
+            parsable = True
+    return SubmitRequest(
+        script=parsed.script,
+        script_args=parsed.script_args,
+        wrap=values.get("wrap"),
+        partition=values.get("partition"),
+        nodes=values.get("nodes"),
+        gres=values.get("gres"),
+        gpus_per_node=values.get("gpus_per_node"),
+        time=values.get("time"),
+        job_name=values.get("job_name"),
+        comment=values.get("comment"),
+        hold=hold,
+        parsable=parsable,
+        tag=tag,
+    )
+
+
+def has_submit_plugin(config: str) -> bool:
+    """Whether ``scontrol show config`` output lists the Lua job-submit plugin slurmopt ships."""
+    for line in config.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip().lower() == "jobsubmitplugins":
+            plugins = [p.strip().rsplit("/", 1)[-1].lower() for p in value.split(",")]
+            return "lua" in plugins
+    return False
+
+
+#: Printed once on stderr when the cluster has no plugin to act on the tag.
+NO_PLUGIN_WARNING = (
+    "slurmopt: warning: no slurmopt job-submit plugin on this cluster; "
+    "job is not managed and is submitted as sbatch would"
+)
+
+
+__all__ = [
+    "NO_PLUGIN_WARNING",
+    "OWN_OPTIONS",
+    "OWN_PREFIX",
+    "TEMPLATES",
+    "SubmitRequest",
+    "Submission",
+    "build_submission",
+    "has_submit_plugin",
+    "is_info_only",
+    "parse_command_line",
+    "reads_stdin",
+    "wants_help",
+]

@@ -1,0 +1,120 @@
+"""The marker in a job's comment that hands the job to slurmopt: pure, no I/O.
+
+The comment is the one free-text job field every Slurm release keeps,
+that ``sbatch`` sets, that users can see, and that a job-submit plugin,
+``squeue`` and slurmrestd can all read, so the tag lives there and keeps
+the user's own comment after it::
+
+    slurmopt:managed[,preemptible][,elastic=MIN:MAX][,template=NAME][ | USER COMMENT]
+
+Readers (the daemon, the Lua job-submit plugin) must ignore fields they do
+not know, so fields can be added without breaking older readers.  See
+``docs/submit.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PREFIX = "slurmopt:"
+SEPARATOR = " | "
+MANAGED = "managed"
+
+_FIELD = re.compile(r"[a-z][a-z0-9_-]*(=[^,\s|]+)?")
+_TEMPLATE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_ELASTIC = re.compile(r"(\d+):(\d+)")
+
+
+class TagError(ValueError):
+    """A comment that claims to be slurmopt's (``slurmopt:``) but does not parse."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobTag:
+    """What slurmopt was asked to do with a job, as carried in its comment."""
+
+    preemptible: bool = False
+    elastic: tuple[int, int] | None = None
+    template: str | None = None
+
+    def fields(self) -> list[str]:
+        """The comma-separated fields, in their fixed order."""
+        out = [MANAGED]
+        if self.preemptible:
+            out.append("preemptible")
+        if self.elastic is not None:
+            out.append(f"elastic={self.elastic[0]}:{self.elastic[1]}")
+        if self.template is not None:
+            out.append(f"template={self.template}")
+        return out
+
+
+def parse_elastic(text: str) -> tuple[int, int]:
+    """``"MIN:MAX"`` as two node counts with ``1 <= MIN <= MAX``; ValueError says what is wrong."""
+    match = _ELASTIC.fullmatch(text)
+    if not match:
+        raise ValueError(f"--elastic needs MIN:MAX (two whole numbers), got {text!r}")
+    low, high = int(match[1]), int(match[2])
+    if low < 1:
+        raise ValueError(f"--elastic MIN must be at least 1, got {text!r}")
+    if low > high:
+        raise ValueError(f"--elastic MIN must not exceed MAX, got {text!r}")
+    return low, high
+
+
+def check_template_name(name: str) -> str:
+    """A template name that fits in the tag (no commas, spaces or pipes)."""
+    if not _TEMPLATE_NAME.fullmatch(name):
+        raise ValueError(f"bad template name {name!r} (letters, digits, '_', '.', '-')")
+    return name
+
+
+def format_comment(tag: JobTag, user_comment: str | None = None) -> str:
+    """The job comment: the tag, then the user's own comment (if any) after ``" | "``.
+
+    A user comment that is itself a slurmopt comment (a job resubmitted with
+    the comment copied from ``scontrol show job``) loses its old tag, so a
+    job never carries two.
+    """
+    text = f"{PREFIX}{','.join(tag.fields())}"
+    if user_comment:
+        try:
+            _, user_comment = parse_comment(user_comment)
+        except TagError:
+            pass
+    if user_comment:
+        text += SEPARATOR + user_comment
+    return text
+
+
+def parse_comment(comment: str | None) -> tuple[JobTag | None, str | None]:
+    """Split a job comment into slurmopt's tag (None if untagged) and the user's comment.
+
+    Raises :class:`TagError` when the comment starts with ``slurmopt:`` but
+    its tag is malformed; readers treat such a job as not managed.
+    """
+    if not comment or not comment.startswith(PREFIX):
+        return None, comment or None
+    body, sep, user = comment[len(PREFIX) :].partition(SEPARATOR)
+    fields = body.split(",")
+    if fields[0] != MANAGED:
+        raise TagError(f"slurmopt tag must start with {PREFIX}{MANAGED}: {comment!r}")
+    preemptible = False
+    elastic: tuple[int, int] | None = None
+    template: str | None = None
+    for field in fields[1:]:
+        if not _FIELD.fullmatch(field):
+            raise TagError(f"bad field {field!r} in slurmopt tag {comment!r}")
+        key, _, value = field.partition("=")
+        try:
+            if key == "preemptible":
+                preemptible = True
+            elif key == "elastic":
+                elastic = parse_elastic(value)
+            elif key == "template":
+                template = check_template_name(value)
+        except ValueError as exc:
+            raise TagError(f"bad field {field!r} in slurmopt tag: {exc}") from None
+    tag = JobTag(preemptible=preemptible, elastic=elastic, template=template)
+    return tag, (user if sep and user else None)
