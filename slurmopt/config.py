@@ -1,0 +1,284 @@
+"""slurmopt's configuration: one frozen :class:`Config`, from defaults, a TOML file, env and CLI.
+
+Every key has a default, so every command works with no file at all.  The
+file is found like ClusterShell finds its own: the first of
+
+1. ``--config FILE`` (the ``path`` argument; it must exist),
+2. ``$SLURMOPT_CONFIG`` (it must exist too: a typo must not silently mean
+   "defaults" on a controller that is meant to enforce),
+3. ``/etc/slurmopt/slurmopt.toml`` when present,
+4. nothing: defaults only.
+
+Then a few environment variables (``SLURMOPT_DB``, ``SLURMOPT_ENFORCE``,
+``SLURMOPT_INTERVAL``, ``SLURMOPT_BACKEND``) override the file, and values
+given explicitly on the command line override everything.
+:attr:`Config.sources` records where each value came from, so an operator
+can see why the daemon is (or is not) enforcing.
+
+The file is flat: top-level ``key = value`` pairs named like the fields of
+:class:`Config`.  Unknown keys are errors, not warnings: a misspelt
+``enforce`` must not be ignored.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from slurmopt.errors import ConfigError
+from slurmopt.slurm import BACKENDS
+
+DEFAULT_CONFIG_PATH = "/etc/slurmopt/slurmopt.toml"
+CONFIG_ENV = "SLURMOPT_CONFIG"
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+#: Environment variables that override a key, and the key each one sets.
+ENV_OVERRIDES: Mapping[str, str] = MappingProxyType(
+    {
+        "SLURMOPT_DB": "db",
+        "SLURMOPT_ENFORCE": "enforce",
+        "SLURMOPT_INTERVAL": "interval_s",
+        "SLURMOPT_BACKEND": "backend",
+    }
+)
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every setting slurmopt reads, with its default; see ``docs/config.md``.
+
+    ``sources`` maps each key to where its value came from: ``default``,
+    ``file:<path>``, ``env:<VAR>`` or ``cli``.  It does not take part in
+    equality, so two configs with the same values compare equal.
+    """
+
+    enforce: bool = False
+    interval_s: float = 5.0
+    db: str = "sqlite:////var/lib/slurmopt/slurmopt.db"
+    backend: str = "cli"
+    rest_url: str = ""
+    fabric: str = ""
+    managed_partitions: tuple[str, ...] = ()
+    backfill_depth: int = 100
+    heartbeat_path: str = "/run/slurmopt/heartbeat"
+    heartbeat_max_age_s: float = 30.0
+    pin_timeout_s: float = 300.0
+    metrics_port: int = 9817
+    log_level: str = "info"
+    sources: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        # Check every value, so a Config built in code is as valid as a loaded one;
+        # then fill in "default" for keys nobody named, and freeze the mapping.
+        for key in config_keys():
+            try:
+                object.__setattr__(self, key, _coerce(key, getattr(self, key)))
+            except ValueError as exc:
+                raise ConfigError(f"{key}: {exc}") from exc
+        known = dict.fromkeys(config_keys(), "default")
+        known.update(self.sources)
+        object.__setattr__(self, "sources", MappingProxyType(known))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The values by key (lists for sequences), e.g. for JSON output."""
+        return {
+            k: list(v) if isinstance(v, tuple) else v
+            for k, v in ((k, getattr(self, k)) for k in config_keys())
+        }
+
+
+def config_keys() -> tuple[str, ...]:
+    """The configurable keys, in declaration order (``sources`` is not one)."""
+    return tuple(f.name for f in fields(Config) if f.name != "sources")
+
+
+def _describe(value: object) -> str:
+    kind = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array"}.get(
+        type(value), type(value).__name__
+    )
+    return f"{kind} {value!r}"
+
+
+def _coerce(key: str, value: object) -> Any:
+    """``value`` checked and converted for ``key``; raises ValueError saying what is wrong."""
+    if key == "enforce":
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false, got {_describe(value)}")
+        return value
+    if key in ("interval_s", "heartbeat_max_age_s", "pin_timeout_s"):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"expected a number of seconds, got {_describe(value)}")
+        number = float(value)
+        if not math.isfinite(number) or number <= 0:
+            raise ValueError(f"must be a positive number of seconds, got {value!r}")
+        return number
+    if key in ("backfill_depth", "metrics_port"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected an integer, got {_describe(value)}")
+        if key == "backfill_depth" and value < 0:
+            raise ValueError(f"must be 0 or more, got {value}")
+        if key == "metrics_port" and not 0 <= value <= 65535:
+            raise ValueError(f"must be a TCP port from 1 to 65535, or 0 for none, got {value}")
+        return value
+    if key == "managed_partitions":
+        if not isinstance(value, list | tuple) or not all(isinstance(p, str) for p in value):
+            raise ValueError(f"expected an array of partition names, got {_describe(value)}")
+        if any(not p.strip() for p in value):
+            raise ValueError("partition names must not be empty")
+        return tuple(value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {_describe(value)}")
+    if key == "backend" and value not in BACKENDS:
+        raise ValueError(f"must be one of {', '.join(BACKENDS)}, got {value!r}")
+    if key == "log_level" and value.lower() not in LOG_LEVELS:
+        raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
+    if key == "log_level":
+        return value.lower()
+    if key == "rest_url" and value and not value.startswith(("unix:", "http://", "https://")):
+        raise ValueError(f"must start with unix:, http:// or https://, got {value!r}")
+    if key in ("db", "heartbeat_path") and not value:
+        raise ValueError("must not be empty")
+    if key == "heartbeat_path" and not os.path.isabs(value):
+        raise ValueError(f"must be an absolute path, got {value!r}")
+    return value
+
+
+_DEFAULTS = Config()
+
+
+def _unknown_key(where: str, key: str) -> ConfigError:
+    close = difflib.get_close_matches(key, config_keys(), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return ConfigError(f"{where}: unknown key {key!r}{hint}")
+
+
+def find_config_file(
+    path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    default_path: str | os.PathLike[str] = DEFAULT_CONFIG_PATH,
+) -> Path | None:
+    """The file to read, following the search path; None means defaults only."""
+    env = os.environ if env is None else env
+    if path is not None:
+        explicit, how = Path(path), "--config"
+    elif env.get(CONFIG_ENV):
+        explicit, how = Path(env[CONFIG_ENV]), f"${CONFIG_ENV}"
+    else:
+        candidate = Path(default_path)
+        return candidate if candidate.exists() else None
+    if not explicit.exists():
+        raise ConfigError(f"{explicit}: no such config file (from {how})")
+    return explicit
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The checked values one TOML file sets, by key; ConfigError names the file and key."""
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        m = re.search(r"\(at line (\d+), column \d+\)", message)
+        where = f"{path}:{m.group(1)}" if m else str(path)
+        raise ConfigError(f"{where}: invalid TOML: {message}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: not UTF-8 text ({exc.reason})") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from exc
+    keys = set(config_keys())
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in keys:
+            if isinstance(value, dict):
+                raise ConfigError(
+                    f"{path}: unknown table [{key}]: slurmopt's keys are top-level, not in tables"
+                )
+            raise _unknown_key(str(path), key)
+        try:
+            values[key] = _coerce(key, value)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: key {key!r}: {exc}") from exc
+    return values
+
+
+def _from_env(var: str, key: str, text: str) -> Any:
+    value: object = text
+    if key == "enforce":
+        lowered = text.strip().lower()
+        if lowered not in _TRUE | _FALSE:
+            raise ConfigError(f"${var}: expected 1/0, true/false, yes/no or on/off, got {text!r}")
+        value = lowered in _TRUE
+    elif key == "interval_s":
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(f"${var}: expected a number of seconds, got {text!r}") from None
+    try:
+        return _coerce(key, value)
+    except ValueError as exc:
+        raise ConfigError(f"${var} ({key}): {exc}") from exc
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    default_path: str | os.PathLike[str] = DEFAULT_CONFIG_PATH,
+) -> Config:
+    """The effective configuration: defaults < file < environment < ``overrides``.
+
+    ``path`` is ``--config``.  ``overrides`` holds the values given on the
+    command line; keys whose value is None are ignored, so a click option
+    left unset can be passed as is.  ``env`` and ``default_path`` exist for
+    tests.
+    """
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    found = find_config_file(path, env, default_path)
+    if found is not None:
+        for key, value in read_config_file(found).items():
+            values[key] = value
+            sources[key] = f"file:{found}"
+    for var, key in ENV_OVERRIDES.items():
+        text = env.get(var)
+        if not text:  # unset or empty: as if absent
+            continue
+        values[key] = _from_env(var, key, text)
+        sources[key] = f"env:{var}"
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if key not in config_keys():
+            raise _unknown_key("command line", key)
+        try:
+            values[key] = _coerce(key, value)
+        except ValueError as exc:
+            raise ConfigError(f"command line: {key}: {exc}") from exc
+        sources[key] = "cli"
+    return replace(_DEFAULTS, **values, sources=sources)
+
+
+__all__ = [
+    "CONFIG_ENV",
+    "DEFAULT_CONFIG_PATH",
+    "ENV_OVERRIDES",
+    "Config",
+    "config_keys",
+    "find_config_file",
+    "load_config",
+    "read_config_file",
+]

@@ -1,0 +1,175 @@
+"""The heartbeat file: how the Slurm job-submit plugin knows slurmopt is alive and enforcing.
+
+The daemon rewrites the file every loop; the plugin (Lua, inside slurmctld)
+holds new GPU jobs for slurmopt only while the file is fresh and says
+``enforce=1``.  A stale, missing or unreadable file means "slurmopt is not
+there": the plugin fails open and Slurm schedules as if slurmopt did not
+exist.  So the format is as small as a Lua pattern can parse (``key=value``
+lines, integers only; see ``docs/config.md``), the write is atomic (a reader
+sees the old file or the new one, never half of one), and the Python reader,
+like the plugin, never raises.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+FORMAT_VERSION = 1
+#: Anything larger is not a heartbeat; the reader stops there.
+MAX_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """What one heartbeat file says."""
+
+    time: int
+    enforce: bool
+    pid: int
+    holder: str
+    version: int = FORMAT_VERSION
+
+    def render(self) -> str:
+        """The file's text: one ``key=value`` per line, newline-terminated."""
+        return (
+            f"version={self.version}\n"
+            f"time={self.time}\n"
+            f"enforce={1 if self.enforce else 0}\n"
+            f"pid={self.pid}\n"
+            f"holder={self.holder}\n"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatStatus:
+    """The reader's verdict: ``enforcing`` is what the plugin acts on."""
+
+    fresh: bool
+    enforcing: bool
+    reason: str
+    age_s: float | None = None
+    heartbeat: Heartbeat | None = None
+
+
+def write_heartbeat(
+    path: str | os.PathLike[str],
+    enforce: bool,
+    now: float | None = None,
+    pid: int | None = None,
+    holder: str | None = None,
+) -> Heartbeat:
+    """Atomically replace the heartbeat at ``path``: temp file, fsync, rename, fsync the dir.
+
+    ``now`` defaults to the wall clock (the plugin compares with its own
+    ``os.time()``, so a monotonic clock would be wrong here); ``holder``
+    defaults to ``host:pid``.  The file is made world-readable, because the
+    reader is slurmctld, which may run as another user.
+    """
+    pid = os.getpid() if pid is None else pid
+    beat = Heartbeat(
+        time=int(time.time() if now is None else now),
+        enforce=enforce,
+        pid=pid,
+        holder=f"{socket.gethostname()}:{pid}" if holder is None else holder,
+    )
+    if any(c in beat.holder for c in "\n\r"):
+        raise ValueError(f"heartbeat holder must be one line, got {beat.holder!r}")
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(beat.render())
+            fh.flush()
+            os.fchmod(fh.fileno(), 0o644)
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    dir_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return beat
+
+
+def parse_heartbeat(text: str) -> Heartbeat:
+    """The heartbeat in ``text``; ValueError if it is not one.
+
+    Unknown keys are ignored (a later version may add some); ``time`` and
+    ``enforce`` are required; a ``version`` other than 1 is refused.
+    """
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"not a key=value line: {line[:40]!r}")
+        fields[key.strip()] = value.strip()
+    version = int(fields.get("version", str(FORMAT_VERSION)))
+    if version != FORMAT_VERSION:
+        raise ValueError(f"unsupported heartbeat version {version}")
+    if "time" not in fields or "enforce" not in fields:
+        raise ValueError("heartbeat lacks time= or enforce=")
+    enforce = fields["enforce"]
+    if enforce not in ("0", "1"):
+        raise ValueError(f"enforce must be 0 or 1, got {enforce!r}")
+    return Heartbeat(
+        time=int(fields["time"]),
+        enforce=enforce == "1",
+        pid=int(fields.get("pid", "0")),
+        holder=fields.get("holder", ""),
+        version=version,
+    )
+
+
+def read_heartbeat(
+    path: str | os.PathLike[str], now: float | None = None, max_age_s: float = 30.0
+) -> HeartbeatStatus:
+    """Whether the heartbeat at ``path`` is fresh and enforcing; never raises.
+
+    Fresh means its time is within ``max_age_s`` of ``now`` (either way, so
+    a clock stepped back does not make a years-old file look fresh).  A
+    missing, unreadable, oversized or garbled file is not fresh and not
+    enforcing: the same fail-open answer the plugin gives.
+    """
+    now = time.time() if now is None else now
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        return HeartbeatStatus(False, False, "missing")
+    except OSError as exc:
+        return HeartbeatStatus(False, False, f"unreadable: {exc.strerror or exc}")
+    if len(data) > MAX_BYTES:
+        return HeartbeatStatus(False, False, f"garbage: larger than {MAX_BYTES} bytes")
+    try:
+        beat = parse_heartbeat(data.decode("ascii"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return HeartbeatStatus(False, False, f"garbage: {exc}")
+    age = now - beat.time
+    if abs(age) > max_age_s:
+        return HeartbeatStatus(False, False, f"stale: {age:.0f}s old", age, beat)
+    if not beat.enforce:
+        return HeartbeatStatus(True, False, "fresh, observing only", age, beat)
+    return HeartbeatStatus(True, True, "fresh, enforcing", age, beat)
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Heartbeat",
+    "HeartbeatStatus",
+    "parse_heartbeat",
+    "read_heartbeat",
+    "write_heartbeat",
+]
