@@ -1,0 +1,536 @@
+"""The store: engine and sessions, schema migration, job transitions, leases and history.
+
+Write before act: the daemon records every transition of a managed job and
+commits it *before* the Slurm call that causes it.  A crash between the two
+leaves a record of an action that may not have happened; on restart the
+daemon compares the record with Slurm and repeats the call only if Slurm
+does not show it, under the same idempotency key, so nothing is done twice
+and nothing is lost.
+
+SQLite (the default) is opened in WAL mode with a busy timeout and
+``synchronous=FULL``, so a committed transition survives a power cut, and
+every transaction starts with ``BEGIN IMMEDIATE``: a transaction that reads
+and then writes takes the write lock up front instead of failing when a
+second process wrote in between.  Any other SQLAlchemy URL (PostgreSQL)
+works unchanged; the lease and transition writes are single conditional
+statements or guarded by unique keys, so they stay atomic there too.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, delete, event, insert, or_, select, update
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from slurmopt.errors import SlurmoptError
+from slurmopt.hostlist import fold
+from slurmopt.policy.fragmentation import FragmentationReport
+from slurmopt.policy.plan import Plan
+from slurmopt.store.models import (
+    Decision,
+    FragmentationSample,
+    Heartbeat,
+    JobTransition,
+    Lease,
+    ManagedJob,
+    ManagedJobState,
+    PlanRecord,
+)
+
+#: The database when neither ``--db`` nor ``SLURMOPT_DB`` names one.
+DEFAULT_URL = "sqlite:////var/lib/slurmopt/slurmopt.db"
+
+#: Environment variable that names the database URL.
+URL_ENV = "SLURMOPT_DB"
+
+#: How long a SQLite connection waits for another writer's lock, in milliseconds.
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+
+# -- errors --------------------------------------------------------------------------------------
+class StoreError(SlurmoptError):
+    """The database cannot be opened, migrated or written."""
+
+    exit_code = 74  # EX_IOERR
+
+
+class UnknownJob(SlurmoptError):
+    """A transition for a job the store has no record of."""
+
+    exit_code = 70  # EX_SOFTWARE
+
+
+class IllegalTransition(SlurmoptError):
+    """A state change that :data:`~slurmopt.store.models.TRANSITIONS` does not allow."""
+
+    exit_code = 70  # EX_SOFTWARE
+
+    def __init__(self, job_id: int, from_state: ManagedJobState, to_state: ManagedJobState) -> None:
+        self.job_id = job_id
+        self.from_state = from_state
+        self.to_state = to_state
+        super().__init__(f"job {job_id}: illegal transition {from_state} -> {to_state}")
+
+
+class KeyConflict(SlurmoptError):
+    """An idempotency key already recorded for a different job or target state."""
+
+    exit_code = 70  # EX_SOFTWARE
+
+
+class JobIdReused(SlurmoptError):
+    """Slurm reused a job id whose previous job slurmopt still records as live."""
+
+    exit_code = 70  # EX_SOFTWARE
+
+
+# -- URLs ----------------------------------------------------------------------------------------
+def resolve_url(option: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """The database URL: ``--db`` if given, else ``$SLURMOPT_DB``, else :data:`DEFAULT_URL`."""
+    if option:
+        return option
+    env = os.environ if environ is None else environ
+    return env.get(URL_ENV) or DEFAULT_URL
+
+
+def idempotency_key(job_id: int, slurm_submit_time: float, action: str, attempt: int = 0) -> str:
+    """The key of one action on one job incarnation: ``job:submit:action:attempt``.
+
+    ``attempt`` counts repeats of the same action on the same job (the
+    second pin after a re-plan is attempt 1), so a retried call reuses its
+    key and a new decision gets a new one.
+    """
+    return f"{job_id}:{slurm_submit_time:.0f}:{action}:{attempt}"
+
+
+# -- transitions ---------------------------------------------------------------------------------
+def _existing(session: Session, key: str) -> JobTransition | None:
+    return session.scalars(select(JobTransition).where(JobTransition.key == key)).one_or_none()
+
+
+def _same_key(
+    found: JobTransition, job_id: int, to_state: ManagedJobState, key: str
+) -> JobTransition:
+    if found.job_id != job_id or found.to_state != to_state:
+        raise KeyConflict(
+            f"key {key!r} already records job {found.job_id} -> {found.to_state}, "
+            f"not job {job_id} -> {to_state}"
+        )
+    return found
+
+
+def register_job(
+    session: Session,
+    job_id: int,
+    slurm_submit_time: float,
+    *,
+    key: str,
+    reason: str = "held",
+    detail: str = "",
+    priority_before_hold: int | None = None,
+    preemptible: bool = False,
+    elastic_min_nodes: int | None = None,
+    elastic_max_nodes: int | None = None,
+    now: float | None = None,
+) -> JobTransition:
+    """Start managing a job: a record in ``waiting`` and its first transition (from none).
+
+    Idempotent for a repeated ``key``.  A record left by an earlier job with
+    the same id (told apart by ``slurm_submit_time``) is replaced if that job
+    ended; if it is still live the caller must first close it (it vanished
+    from Slurm), else :class:`JobIdReused` is raised.
+    """
+    found = _existing(session, key)
+    if found is not None:
+        return _same_key(found, job_id, ManagedJobState.WAITING, key)
+    at = time.time() if now is None else now
+    job = session.get(ManagedJob, job_id, with_for_update=True)
+    if job is not None:
+        if job.slurm_submit_time == slurm_submit_time:
+            raise IllegalTransition(job_id, job.state, ManagedJobState.WAITING)
+        if not job.state.is_final:
+            raise JobIdReused(
+                f"job {job_id} submitted at {slurm_submit_time:.0f} reuses the id of a job "
+                f"submitted at {job.slurm_submit_time:.0f} that is still {job.state}"
+            )
+        session.delete(job)
+        session.flush()
+    session.add(
+        ManagedJob(
+            job_id=job_id,
+            slurm_submit_time=slurm_submit_time,
+            state=ManagedJobState.WAITING,
+            nodes=None,
+            reason=reason,
+            detail=detail,
+            expected_start=None,
+            priority_before_hold=priority_before_hold,
+            preemptible=preemptible,
+            elastic_min_nodes=elastic_min_nodes,
+            elastic_max_nodes=elastic_max_nodes,
+            created_at=at,
+            updated_at=at,
+        )
+    )
+    record = JobTransition(
+        job_id=job_id,
+        slurm_submit_time=slurm_submit_time,
+        from_state=None,
+        to_state=ManagedJobState.WAITING,
+        reason=reason,
+        detail=detail,
+        at=at,
+        key=key,
+    )
+    session.add(record)
+    session.flush()
+    return record
+
+
+def transition(
+    session: Session,
+    job_id: int,
+    to_state: ManagedJobState,
+    reason: str,
+    detail: str,
+    key: str,
+    *,
+    nodes: Sequence[str] | None = None,
+    expected_start: float | None = None,
+    now: float | None = None,
+) -> JobTransition:
+    """Move a managed job to ``to_state`` and append the transition; returns the record.
+
+    A ``key`` already recorded returns that record and writes nothing, even
+    if the job has moved on since, so a retried action is harmless; the same
+    key for another job or target state is a :class:`KeyConflict`.  A move
+    :data:`~slurmopt.store.models.TRANSITIONS` forbids raises
+    :class:`IllegalTransition` and writes nothing.  ``nodes`` records the
+    planned nodes (entering ``waiting`` clears them).  The row is flushed;
+    the caller commits before it calls Slurm.
+    """
+    found = _existing(session, key)
+    if found is not None:
+        return _same_key(found, job_id, to_state, key)
+    job = session.get(ManagedJob, job_id, with_for_update=True)
+    if job is None:
+        raise UnknownJob(f"job {job_id} is not a managed job")
+    if not job.state.can_become(to_state):
+        raise IllegalTransition(job_id, job.state, to_state)
+    at = time.time() if now is None else now
+    record = JobTransition(
+        job_id=job_id,
+        slurm_submit_time=job.slurm_submit_time,
+        from_state=job.state,
+        to_state=to_state,
+        reason=reason,
+        detail=detail,
+        at=at,
+        key=key,
+    )
+    job.state = to_state
+    job.reason = reason
+    job.detail = detail
+    job.updated_at = at
+    if to_state is ManagedJobState.WAITING:
+        job.nodes = None
+    if nodes is not None:
+        job.nodes = fold(nodes) or None
+    if expected_start is not None:
+        job.expected_start = expected_start
+    session.add(record)
+    session.flush()
+    return record
+
+
+def history(session: Session, job_id: int) -> list[JobTransition]:
+    """Every recorded transition of a job id (all its incarnations), oldest first."""
+    stmt = select(JobTransition).where(JobTransition.job_id == job_id).order_by(JobTransition.id)
+    return list(session.scalars(stmt))
+
+
+# -- engine --------------------------------------------------------------------------------------
+def _sqlite_setup(engine: Engine) -> None:
+    """WAL, busy timeout, durable commits, foreign keys, and BEGIN IMMEDIATE transactions."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control from the sqlite3 module, so BEGIN is ours.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = FULL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _prepare_sqlite_file(url: URL) -> None:
+    """Create the directory of a SQLite file database (``/var/lib/slurmopt``) if missing."""
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    try:
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the directory of {database}: {exc}") from exc
+
+
+class Store:
+    """One database: an engine, a session factory, and the helpers the daemon writes with.
+
+    ``Store(url)`` connects only; :meth:`open` also migrates the schema to
+    the newest revision.  Sessions do not expire objects on commit, so rows
+    returned by the helpers stay readable after their session closes.
+    """
+
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        try:
+            parsed = make_url(url)
+        except ArgumentError as exc:
+            raise StoreError(f"bad database URL {url!r}: {exc}") from exc
+        self.url = parsed
+        self.is_sqlite = parsed.get_backend_name() == "sqlite"
+        if self.is_sqlite:
+            _prepare_sqlite_file(parsed)
+        try:
+            self.engine = create_engine(parsed, echo=echo)
+        except (ArgumentError, ImportError) as exc:
+            raise StoreError(f"cannot use database URL {url!r}: {exc}") from exc
+        if self.is_sqlite:
+            _sqlite_setup(self.engine)
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str | None = None, *, echo: bool = False) -> Store:
+        """Connect to ``url`` (default: :func:`resolve_url`) and migrate it to the newest schema."""
+        store = cls(url or resolve_url(), echo=echo)
+        store.upgrade()
+        return store
+
+    def alembic_config(self) -> Config:
+        """The alembic configuration, built in code: no ``alembic.ini`` is needed."""
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS_DIR))
+        config.set_main_option("sqlalchemy.url", self.url.render_as_string(hide_password=False))
+        return config
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Create the schema on a new database or migrate an old one to ``revision``."""
+        config = self.alembic_config()
+        try:
+            with self.engine.begin() as connection:
+                config.attributes["connection"] = connection
+                command.upgrade(config, revision)
+        except OperationalError as exc:
+            raise StoreError(f"cannot migrate {self.describe()}: {exc.orig}") from exc
+
+    def describe(self) -> str:
+        """The URL with any password masked, for messages."""
+        return self.url.render_as_string(hide_password=True)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+    @contextmanager
+    def begin(self) -> Iterator[Session]:
+        """A session in one transaction: committed on success, rolled back on error."""
+        with self.sessions.begin() as session:
+            yield session
+
+    # -- leases ----------------------------------------------------------------------------
+    def acquire_lease(self, name: str, holder: str, ttl_s: float, now: float) -> bool:
+        """Take lease ``name`` for ``holder`` until ``now + ttl_s``; False if another holds it.
+
+        Succeeds when the lease is free, expired, or already ``holder``'s (which
+        extends it).  One conditional UPDATE, else one INSERT guarded by the
+        primary key: two daemons racing for it cannot both win.
+        """
+        with self.begin() as session:
+            taken = session.execute(
+                update(Lease)
+                .where(
+                    Lease.name == name,
+                    or_(Lease.holder == holder, Lease.expires_at <= now),
+                )
+                .values(holder=holder, acquired_at=now, expires_at=now + ttl_s)
+                .execution_options(synchronize_session=False)
+            )
+            if taken.rowcount == 1:  # type: ignore[attr-defined]
+                return True
+            if session.get(Lease, name) is not None:
+                return False
+        try:
+            with self.begin() as session:
+                session.add(
+                    Lease(name=name, holder=holder, acquired_at=now, expires_at=now + ttl_s)
+                )
+        except IntegrityError:
+            return False
+        return True
+
+    def renew_lease(self, name: str, holder: str, ttl_s: float, now: float) -> bool:
+        """Extend ``holder``'s unexpired lease to ``now + ttl_s``; False if it is lost.
+
+        A holder whose lease expired must stop acting and acquire again,
+        because another daemon may have taken it and acted in between.
+        """
+        with self.begin() as session:
+            renewed = session.execute(
+                update(Lease)
+                .where(Lease.name == name, Lease.holder == holder, Lease.expires_at > now)
+                .values(expires_at=now + ttl_s)
+                .execution_options(synchronize_session=False)
+            )
+            return bool(renewed.rowcount == 1)  # type: ignore[attr-defined]
+
+    def release_lease(self, name: str, holder: str) -> bool:
+        """Give up ``holder``'s lease now; False if ``holder`` did not hold it."""
+        with self.begin() as session:
+            released = session.execute(
+                delete(Lease)
+                .where(Lease.name == name, Lease.holder == holder)
+                .execution_options(synchronize_session=False)
+            )
+            return bool(released.rowcount == 1)  # type: ignore[attr-defined]
+
+    def lease(self, name: str) -> Lease | None:
+        """The lease row (holder and expiry), or None if it was never taken."""
+        with self.begin() as session:
+            return session.get(Lease, name)
+
+    # -- heartbeat -------------------------------------------------------------------------
+    def beat(self, name: str, holder: str, now: float, detail: str = "") -> None:
+        """Record that ``holder`` running component ``name`` was alive at ``now``."""
+        with self.begin() as session:
+            row = session.get(Heartbeat, name)
+            if row is None:
+                session.add(Heartbeat(name=name, holder=holder, at=now, detail=detail))
+            else:
+                row.holder, row.at, row.detail = holder, now, detail
+
+    def last_beat(self, name: str) -> Heartbeat | None:
+        """The last heartbeat of component ``name``, or None."""
+        with self.begin() as session:
+            return session.get(Heartbeat, name)
+
+    # -- history ---------------------------------------------------------------------------
+    def record_plan(self, plan: Plan, snapshot_taken_at: float, duration_s: float) -> int:
+        """Store one plan and every line of it; returns the plan id."""
+        with self.begin() as session:
+            record = PlanRecord(
+                taken_at=snapshot_taken_at,
+                planned_at=plan.now,
+                duration_s=duration_s,
+                starts=len(plan.actions),
+                reservations=len(plan.reservations),
+                unplaced=len(plan.unplaced),
+                schema_version=plan.schema_version,
+            )
+            session.add(record)
+            session.flush()
+            rows: list[dict[str, Any]] = []
+            for action in plan.actions:
+                rows.append(_decision(record.id, plan.now, action.kind, action.job_id, action))
+                rows[-1].update(nodes=fold(action.nodes) or None, start_time=None)
+            for res in plan.reservations:
+                rows.append(_decision(record.id, plan.now, "reservation", res.job_id, res))
+                rows[-1].update(nodes=fold(res.nodes) or None, start_time=res.start_time)
+            for un in plan.unplaced:
+                rows.append(_decision(record.id, plan.now, "unplaced", un.job_id, un))
+                rows[-1].update(nodes=None, start_time=un.expected_start)
+            if rows:
+                session.execute(insert(Decision), rows)
+            return record.id
+
+    def decisions(self, plan_id: int) -> list[Decision]:
+        """The lines of one recorded plan, in the order the plan listed them."""
+        with self.begin() as session:
+            stmt = select(Decision).where(Decision.plan_id == plan_id).order_by(Decision.id)
+            return list(session.scalars(stmt))
+
+    def record_fragmentation(self, report: FragmentationReport) -> int:
+        """Store a report's headline figures at its snapshot time; returns the sample id."""
+        with self.begin() as session:
+            sample = FragmentationSample(
+                at=report.taken_at,
+                partition=report.partition,
+                total_gpus=report.total_gpus,
+                allocated_gpus=report.allocated_gpus,
+                unavailable_gpus=report.unavailable_gpus,
+                free_gpus=report.free_gpus,
+                stranded_gpus=report.stranded_gpus,
+                fragmentation_index=report.fragmentation_index,
+                largest_job_nodes=report.largest_job_nodes,
+                largest_single_leaf_job_nodes=report.largest_single_leaf_job_nodes,
+                fgd_unusable_share=report.fgd_unusable_share,
+            )
+            session.add(sample)
+            session.flush()
+            return sample.id
+
+    def fragmentation_history(
+        self,
+        since: float | None = None,
+        until: float | None = None,
+        partition: str | None = None,
+    ) -> list[FragmentationSample]:
+        """Samples with ``since <= at < until`` of one partition (None: all nodes), oldest first."""
+        stmt = select(FragmentationSample).order_by(FragmentationSample.at, FragmentationSample.id)
+        if since is not None:
+            stmt = stmt.where(FragmentationSample.at >= since)
+        if until is not None:
+            stmt = stmt.where(FragmentationSample.at < until)
+        if partition is None:
+            stmt = stmt.where(FragmentationSample.partition.is_(None))
+        else:
+            stmt = stmt.where(FragmentationSample.partition == partition)
+        with self.begin() as session:
+            return list(session.scalars(stmt))
+
+
+def _decision(plan_id: int, at: float, kind: str, job_id: int, line: Any) -> dict[str, Any]:
+    return {
+        "plan_id": plan_id,
+        "job_id": job_id,
+        "kind": kind,
+        "reason": line.reason,
+        "detail": line.detail,
+        "at": at,
+    }
+
+
+__all__ = [
+    "DEFAULT_URL",
+    "URL_ENV",
+    "IllegalTransition",
+    "JobIdReused",
+    "KeyConflict",
+    "Store",
+    "StoreError",
+    "UnknownJob",
+    "history",
+    "idempotency_key",
+    "register_job",
+    "resolve_url",
+    "transition",
+]

@@ -1,0 +1,104 @@
+"""Leases: one holder at a time across processes sharing a database, until expiry or release."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurmopt.store import Store
+
+LEASE = "actuator"
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[Store, Store]]:
+    """Two stores on one SQLite file, as two daemons on one host would have."""
+    url = f"sqlite:///{tmp_path / 'slurmopt.db'}"
+    a = Store.open(url)
+    b = Store.open(url)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_a_second_holder_is_refused_until_the_lease_expires(pair: tuple[Store, Store]) -> None:
+    a, b = pair
+    assert a.acquire_lease(LEASE, "host-a:100", ttl_s=30, now=1000.0)
+    assert not b.acquire_lease(LEASE, "host-b:200", ttl_s=30, now=1010.0)
+    assert not b.acquire_lease(LEASE, "host-b:200", ttl_s=30, now=1029.9)
+    lease = b.lease(LEASE)
+    assert lease is not None and (lease.holder, lease.expires_at) == ("host-a:100", 1030.0)
+    # Expired: b takes it over, and a can no longer renew it.
+    assert b.acquire_lease(LEASE, "host-b:200", ttl_s=30, now=1030.0)
+    assert not a.renew_lease(LEASE, "host-a:100", ttl_s=30, now=1031.0)
+    assert not a.acquire_lease(LEASE, "host-a:100", ttl_s=30, now=1031.0)
+    lease = a.lease(LEASE)
+    assert lease is not None and lease.holder == "host-b:200"
+
+
+def test_renewal_extends_only_an_unexpired_lease_of_its_holder(pair: tuple[Store, Store]) -> None:
+    a, b = pair
+    assert a.acquire_lease(LEASE, "a", ttl_s=10, now=0.0)
+    assert a.renew_lease(LEASE, "a", ttl_s=10, now=8.0)
+    assert not b.acquire_lease(LEASE, "b", ttl_s=10, now=15.0)  # renewed to 18
+    assert not b.renew_lease(LEASE, "b", ttl_s=10, now=15.0)  # not b's
+    assert not a.renew_lease(LEASE, "a", ttl_s=10, now=18.0)  # expired at 18: lost
+    assert not a.renew_lease("other", "a", ttl_s=10, now=1.0)  # never taken
+    # Re-acquiring an expired lease nobody else took works.
+    assert a.acquire_lease(LEASE, "a", ttl_s=10, now=19.0)
+
+
+def test_the_holder_may_acquire_again_to_extend(pair: tuple[Store, Store]) -> None:
+    a, _ = pair
+    assert a.acquire_lease(LEASE, "a", ttl_s=10, now=0.0)
+    assert a.acquire_lease(LEASE, "a", ttl_s=10, now=5.0)
+    lease = a.lease(LEASE)
+    assert lease is not None and lease.expires_at == 15.0
+
+
+def test_release_frees_the_lease_at_once_but_only_for_its_holder(
+    pair: tuple[Store, Store],
+) -> None:
+    a, b = pair
+    assert a.acquire_lease(LEASE, "a", ttl_s=300, now=0.0)
+    assert not b.release_lease(LEASE, "b")
+    assert not b.acquire_lease(LEASE, "b", ttl_s=300, now=1.0)
+    assert a.release_lease(LEASE, "a")
+    assert a.lease(LEASE) is None
+    assert b.acquire_lease(LEASE, "b", ttl_s=300, now=2.0)
+    assert not a.release_lease(LEASE, "a")
+
+
+def test_leases_are_independent_by_name(pair: tuple[Store, Store]) -> None:
+    a, b = pair
+    assert a.acquire_lease("actuator", "a", ttl_s=30, now=0.0)
+    assert b.acquire_lease("metrics", "b", ttl_s=30, now=0.0)
+
+
+def test_racing_holders_get_exactly_one_winner(tmp_path: Path) -> None:
+    """Eight stores (eight connections) race for a new lease at the same instant."""
+    url = f"sqlite:///{tmp_path / 'slurmopt.db'}"
+    Store.open(url).close()
+    stores = [Store(url) for _ in range(8)]
+    results: list[bool] = [False] * len(stores)
+    start = threading.Barrier(len(stores))
+
+    def race(i: int) -> None:
+        start.wait()
+        results[i] = stores[i].acquire_lease(LEASE, f"holder-{i}", ttl_s=60, now=100.0)
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert sum(results) == 1
+        lease = stores[0].lease(LEASE)
+        assert lease is not None and lease.holder == f"holder-{results.index(True)}"
+    finally:
+        for s in stores:
+            s.close()
