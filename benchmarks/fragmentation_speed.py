@@ -17,107 +17,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
-import resource
 import statistics
 import subprocess
 import sys
 import time
 from typing import Any
 
-GPUS_PER_NODE = 8
-NODES_PER_LEAF = 16
-LEAVES_PER_POD = 16
+from synthetic import (
+    GPUS_PER_NODE,
+    LEAVES_PER_POD,
+    NODES_PER_LEAF,
+    peak_rss_mb,
+    synthetic_snapshot,
+)
+
 JOBS_AT_4096 = 3000
 TARGET_SECONDS = 1.0
 TARGET_MB = 500.0
 
-# Job mix: (weight, nodes, gpus per node).  Mostly single-node jobs of 1-8
-# GPUs, some multi-node jobs of whole 8-GPU nodes.
-JOB_MIX = [
-    (0.22, 1, 1),
-    (0.17, 1, 2),
-    (0.21, 1, 4),
-    (0.25, 1, 8),
-    (0.08, 2, 8),
-    (0.04, 4, 8),
-    (0.02, 8, 8),
-    (0.01, 16, 8),
-]
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-
-
-def _build_snapshot(node_names: list[str], num_jobs: int, seed: int) -> Any:
-    """Place ``num_jobs`` jobs from JOB_MIX; jobs that find no room stay pending."""
-    from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
-
-    rng = random.Random(seed)
-    free = dict.fromkeys(node_names, GPUS_PER_NODE)
-    drained = set(rng.sample(node_names, max(1, len(node_names) // 100)))
-    for name in drained:
-        free[name] = 0
-    weights = [w for w, _, _ in JOB_MIX]
-    shapes = [(n, d) for _, n, d in JOB_MIX]
-    jobs = []
-    for job_id in range(1, num_jobs + 1):
-        nodes, per_node = rng.choices(shapes, weights)[0]
-        placed: list[str] = []
-        if nodes == 1:
-            for _ in range(32):  # random probing, as a busy scheduler's choices look
-                name = rng.choice(node_names)
-                if free[name] >= per_node:
-                    placed = [name]
-                    break
-        else:
-            start = rng.randrange(len(node_names))
-            for i in range(len(node_names)):
-                name = node_names[(start + i) % len(node_names)]
-                if free[name] == GPUS_PER_NODE:
-                    placed.append(name)
-                    if len(placed) == nodes:
-                        break
-            if len(placed) < nodes:
-                placed = []
-        for name in placed:
-            free[name] -= per_node
-        jobs.append(
-            Job(
-                job_id=job_id,
-                state=JobState.RUNNING if placed else JobState.PENDING,
-                partition="gpu",
-                nodes=tuple(placed),
-                node_count=nodes,
-                gpus_per_node=per_node,
-            )
-        )
-    nodes_out = []
-    for name in node_names:
-        alloc = 0 if name in drained else GPUS_PER_NODE - free[name]
-        state = (
-            NodeState.IDLE
-            if alloc == 0
-            else NodeState.ALLOCATED
-            if alloc == GPUS_PER_NODE
-            else NodeState.MIXED
-        )
-        nodes_out.append(
-            Node(
-                name=name,
-                state=state,
-                flags=frozenset({"DRAIN"}) if name in drained else frozenset(),
-                partitions=("gpu",),
-                gpus_total=GPUS_PER_NODE,
-                gpus_alloc=alloc,
-                cpus=128,
-                alloc_cpus=alloc * 16,
-            )
-        )
-    return ClusterSnapshot.build(
-        time.time(), nodes_out, jobs, [Partition("gpu", tuple(node_names), default=True)]
-    )
 
 
 def _median_seconds(fn: Any, reps: int) -> tuple[float, Any]:
@@ -134,12 +51,12 @@ def run_child(num_nodes: int, reps: int, seed: int) -> dict[str, Any]:
     from slurmopt.fabric.generators import fat_tree
     from slurmopt.policy.fragmentation import fragmentation_report
 
-    rss_after_imports = _peak_rss_mb()
+    rss_after_imports = peak_rss_mb()
     fabric_s, fabric = _median_seconds(
         lambda: fat_tree(num_nodes, NODES_PER_LEAF, LEAVES_PER_POD), reps
     )
     num_jobs = round(JOBS_AT_4096 * num_nodes / 4096)
-    snapshot = _build_snapshot(sorted(fabric.compute_nodes), num_jobs, seed)
+    snapshot = synthetic_snapshot(sorted(fabric.compute_nodes), num_jobs, 0, seed)
     report_s, report = _median_seconds(
         lambda: fragmentation_report(snapshot, fabric, partition="gpu"), reps
     )
@@ -152,7 +69,7 @@ def run_child(num_nodes: int, reps: int, seed: int) -> dict[str, Any]:
         "repetitions": reps,
         "fabric_s": round(fabric_s, 6),
         "report_s": round(report_s, 6),
-        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
         "rss_after_imports_mb": round(rss_after_imports, 1),
         "free_gpus": report.free_gpus,
         "fragmentation_index": round(report.fragmentation_index, 4),

@@ -19,130 +19,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
-import resource
 import statistics
 import subprocess
 import sys
 import time
 from typing import Any
 
-GPUS_PER_NODE = 8
-NODES_PER_LEAF = 16
-LEAVES_PER_POD = 16
+from synthetic import (
+    LEAVES_PER_POD,
+    NODES_PER_LEAF,
+    peak_rss_mb,
+    synthetic_snapshot,
+)
+
 RUNNING_AT_4096 = 3000
 HEADLINE = (4096, 10_000)
 NODE_SIZES = (512, 1024, 2048, 4096, 8192)
 PENDING_SIZES = (1000, 2500, 5000, 10_000, 20_000)
 
-# (weight, nodes, gpus per node): mostly single-node 1-8 GPU jobs, some whole-node gangs.
-JOB_MIX = [
-    (0.22, 1, 1),
-    (0.17, 1, 2),
-    (0.21, 1, 4),
-    (0.25, 1, 8),
-    (0.08, 2, 8),
-    (0.04, 4, 8),
-    (0.02, 8, 8),
-    (0.01, 16, 8),
-]
-LIMITS_S = [1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600]
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-
-
-def build_snapshot(node_names: list[str], num_running: int, num_pending: int, seed: int) -> Any:
-    """Place running jobs at random, then queue ``num_pending`` jobs from the same mix."""
-    from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
-
-    now = 1_700_000_000.0
-    rng = random.Random(seed)
-    free = dict.fromkeys(node_names, GPUS_PER_NODE)
-    drained = set(rng.sample(node_names, max(1, len(node_names) // 100)))
-    for name in drained:
-        free[name] = 0
-    weights = [w for w, _, _ in JOB_MIX]
-    shapes = [(n, d) for _, n, d in JOB_MIX]
-    jobs = []
-    job_id = 0
-    for _ in range(num_running):
-        job_id += 1
-        nodes, per_node = rng.choices(shapes, weights)[0]
-        placed: list[str] = []
-        if nodes == 1:
-            for _ in range(32):
-                name = rng.choice(node_names)
-                if free[name] >= per_node:
-                    placed = [name]
-                    break
-        else:
-            start = rng.randrange(len(node_names))
-            for i in range(len(node_names)):
-                name = node_names[(start + i) % len(node_names)]
-                if free[name] == GPUS_PER_NODE:
-                    placed.append(name)
-                    if len(placed) == nodes:
-                        break
-            if len(placed) < nodes:
-                placed = []
-        if not placed:
-            continue
-        for name in placed:
-            free[name] -= per_node
-        limit = rng.choice(LIMITS_S)
-        jobs.append(
-            Job(
-                job_id=job_id,
-                state=JobState.RUNNING,
-                partition="gpu",
-                nodes=tuple(placed),
-                node_count=nodes,
-                gpus_per_node=per_node,
-                time_limit_s=limit,
-                start_time=now - rng.uniform(0, limit),
-            )
-        )
-    for _ in range(num_pending):
-        job_id += 1
-        nodes, per_node = rng.choices(shapes, weights)[0]
-        jobs.append(
-            Job(
-                job_id=job_id,
-                state=JobState.PENDING,
-                partition="gpu",
-                priority=rng.randint(1, 100_000),
-                submit_time=now - rng.uniform(0, 86400),
-                node_count=nodes,
-                gpus_per_node=per_node,
-                time_limit_s=rng.choice(LIMITS_S),
-                reason="Priority",
-            )
-        )
-    nodes_out = []
-    for name in node_names:
-        alloc = 0 if name in drained else GPUS_PER_NODE - free[name]
-        state = (
-            NodeState.IDLE
-            if alloc == 0
-            else NodeState.ALLOCATED
-            if alloc == GPUS_PER_NODE
-            else NodeState.MIXED
-        )
-        nodes_out.append(
-            Node(
-                name=name,
-                state=state,
-                flags=frozenset({"DRAIN"}) if name in drained else frozenset(),
-                partitions=("gpu",),
-                gpus_total=GPUS_PER_NODE,
-                gpus_alloc=alloc,
-            )
-        )
-    return ClusterSnapshot.build(
-        now, nodes_out, jobs, [Partition("gpu", tuple(node_names), default=True)]
-    )
 
 
 def run_child(num_nodes: int, num_pending: int, reps: int, seed: int) -> dict[str, Any]:
@@ -151,7 +45,7 @@ def run_child(num_nodes: int, num_pending: int, reps: int, seed: int) -> dict[st
 
     fabric = fat_tree(num_nodes, NODES_PER_LEAF, LEAVES_PER_POD)
     running = round(RUNNING_AT_4096 * num_nodes / 4096)
-    snapshot = build_snapshot(sorted(fabric.compute_nodes), running, num_pending, seed)
+    snapshot = synthetic_snapshot(sorted(fabric.compute_nodes), running, num_pending, seed)
     times = []
     result = None
     for _ in range(reps):
@@ -164,7 +58,7 @@ def run_child(num_nodes: int, num_pending: int, reps: int, seed: int) -> dict[st
         "pending": num_pending,
         "running": sum(1 for j in snapshot.jobs.values() if j.is_active),
         "median_pass_s": round(statistics.median(times), 4),
-        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
         "starts": len(result.actions),
         "reservations": len(result.reservations),
         "unplaced": len(result.unplaced),
