@@ -33,10 +33,12 @@ def cli(ctx: click.Context, backend: str) -> None:
 
 
 def _register() -> None:
+    from slurmopt.cli.explain import explain
     from slurmopt.cli.fragmentation import fragmentation
     from slurmopt.cli.submit import submit
     from slurmopt.cli.topology import topology
 
+    cli.add_command(explain)
     cli.add_command(fragmentation)
     cli.add_command(topology)
     cli.add_command(submit)

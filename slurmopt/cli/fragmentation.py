@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import time
+from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,6 +20,26 @@ from slurmopt.policy.fragmentation import (
     parse_job_sizes,
     scope_nodes,
 )
+
+if TYPE_CHECKING:
+    from slurmopt.store import FragmentationSample
+
+#: ``--since`` when ``--history`` is given without it.
+DEFAULT_HISTORY_SINCE = "1h"
+
+HISTORY_SCHEMA_VERSION = 1
+
+_HISTORY_COLUMNS = (
+    "time",
+    "free GPUs",
+    "stranded GPUs",
+    "fragmentation index",
+    "largest job (nodes)",
+    "FGD share",
+)
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 
 _COLUMNS = (
     "switch",
@@ -38,6 +62,111 @@ def _read_job_sizes(value: str) -> JobSizeDistribution | None:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UsageError(f"cannot read job sizes {value}: {reason}") from None
     return parse_job_sizes(text, value)
+
+
+def parse_time_bound(text: str, now: float, option: str) -> float:
+    """Epoch seconds for ``--since``/``--until``: a duration ago, an ISO 8601 time, or ``@EPOCH``.
+
+    Durations (``90s``, ``30m``, ``1h30m``, ``2d``, ``1w``) count back from
+    ``now``; an ISO time without a UTC offset is local time, as ``date`` reads it.
+    """
+    value = text.strip().lower()
+    if value == "now":
+        return now
+    if value.startswith("@"):
+        try:
+            return float(value[1:])
+        except ValueError:
+            pass
+    elif value and _DURATION_PART.sub("", value) == "":
+        return now - sum(float(n) * _UNIT_S[u] for n, u in _DURATION_PART.findall(value))
+    else:
+        try:
+            return datetime.fromisoformat(text.strip()).astimezone().timestamp()
+        except ValueError:
+            pass
+    raise UsageError(
+        f"{option}: cannot read {text!r}: give a duration ago (30m, 1h, 2d), "
+        "an ISO 8601 time (2025-06-01T12:00, 2025-06-01T12:00Z) or @EPOCH"
+    )
+
+
+def _sample_json(sample: FragmentationSample) -> dict[str, Any]:
+    return {
+        "at": sample.at,
+        "partition": sample.partition,
+        "total_gpus": sample.total_gpus,
+        "allocated_gpus": sample.allocated_gpus,
+        "unavailable_gpus": sample.unavailable_gpus,
+        "free_gpus": sample.free_gpus,
+        "stranded_gpus": sample.stranded_gpus,
+        "fragmentation_index": sample.fragmentation_index,
+        "largest_job_nodes": sample.largest_job_nodes,
+        "largest_single_leaf_job_nodes": sample.largest_single_leaf_job_nodes,
+        "fgd_unusable_share": sample.fgd_unusable_share,
+    }
+
+
+def _history(
+    partition: str | None,
+    since_text: str | None,
+    until_text: str | None,
+    db: str | None,
+    config_file: str | None,
+    as_json: bool,
+) -> None:
+    """The stored samples between two times, from the store alone (Slurm is never asked)."""
+    from sqlalchemy.exc import OperationalError
+
+    from slurmopt.cli.explain import open_store_for_reading, store_url
+    from slurmopt.explain import format_time
+    from slurmopt.store import StoreError
+
+    now = time.time()
+    since = parse_time_bound(since_text or DEFAULT_HISTORY_SINCE, now, "--since")
+    until = None if until_text is None else parse_time_bound(until_text, now, "--until")
+    if until is not None and until <= since:
+        raise UsageError(f"--since {format_time(since)} is not before --until {format_time(until)}")
+    store = open_store_for_reading(store_url(db, config_file))
+    try:
+        samples = store.fragmentation_history(since, until, partition=partition)
+    except OperationalError as exc:
+        raise StoreError(f"cannot read {store.describe()}: {exc.orig}") from None
+    finally:
+        store.close()
+    if as_json:
+        emit_json(
+            {
+                "schema_version": HISTORY_SCHEMA_VERSION,
+                "partition": partition,
+                "since": since,
+                "until": until,
+                "samples": [_sample_json(s) for s in samples],
+            }
+        )
+        return
+    scope = f"partition {partition}" if partition else "all partitions"
+    span = f"{format_time(since)} to {'now' if until is None else format_time(until)}"
+    if not samples:
+        click.echo(f"no fragmentation samples for {scope} from {span} (one is stored per pass)")
+        return
+    rows = [
+        (
+            format_time(s.at),
+            s.free_gpus,
+            s.stranded_gpus,
+            f"{s.fragmentation_index:.3f}",
+            s.largest_job_nodes,
+            "n/a" if s.fgd_unusable_share is None else f"{s.fgd_unusable_share:.1%}",
+        )
+        for s in samples
+    ]
+    print_table(
+        f"GPU fragmentation history ({scope}), {span}: {len(samples)} sample(s)",
+        _HISTORY_COLUMNS,
+        rows,
+        right_align=lambda col: col != "time",
+    )
 
 
 def _print_report(report: FragmentationReport) -> None:
@@ -104,6 +233,33 @@ def _print_report(report: FragmentationReport) -> None:
     help="Job sizes for the FGD measure: the current queue, or a CSV/JSON/YAML file "
     "of nodes,gpus_per_node,weight.",
 )
+@click.option(
+    "--history",
+    is_flag=True,
+    help="Show the samples the daemon stored over time instead of measuring now "
+    "(reads only the store).",
+)
+@click.option(
+    "--since",
+    default=None,
+    metavar="DURATION|TIME",
+    help=f"With --history: from this long ago (30m, 1h, 2d) or this ISO 8601 time "
+    f"(default: {DEFAULT_HISTORY_SINCE}).",
+)
+@click.option(
+    "--until",
+    default=None,
+    metavar="DURATION|TIME",
+    help="With --history: up to (not including) this time (default: no limit).",
+)
+@click.option("--db", default=None, metavar="URL", help="With --history: store URL.")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="With --history: slurmopt config file, for its db.",
+)
 @click.pass_context
 def fragmentation(
     ctx: click.Context,
@@ -111,8 +267,26 @@ def fragmentation(
     as_json: bool,
     fabric_file: str | None,
     job_sizes: str,
+    history: bool,
+    since: str | None,
+    until: str | None,
+    db: str | None,
+    config_file: str | None,
 ) -> None:
     """Free, stranded and unusable GPUs, per leaf switch and for the whole scope."""
+    source = click.core.ParameterSource.COMMANDLINE
+    if history:
+        for name in ("fabric_file", "job_sizes"):
+            if ctx.get_parameter_source(name) is source:
+                flag = "--fabric" if name == "fabric_file" else "--job-sizes"
+                raise UsageError(f"{flag} measures the cluster now; it does not apply to --history")
+        _history(partition, since, until, db, config_file, as_json)
+        return
+    for name, flag in (("since", "--since"), ("until", "--until"), ("db", "--db")):
+        if ctx.params[name] is not None:
+            raise UsageError(f"{flag} needs --history")
+    if config_file is not None:
+        raise UsageError("--config needs --history")
     from slurmopt.fabric.discover import load_fabric
     from slurmopt.slurm import connect
 

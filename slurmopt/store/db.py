@@ -468,6 +468,41 @@ class Store:
             stmt = select(Decision).where(Decision.plan_id == plan_id).order_by(Decision.id)
             return list(session.scalars(stmt))
 
+    def latest_plan(self) -> PlanRecord | None:
+        """The newest recorded plan, or None: says whether a job's latest decision is current."""
+        with self.begin() as session:
+            newest = select(PlanRecord).order_by(PlanRecord.id.desc()).limit(1)
+            return session.scalars(newest).first()
+
+    def latest_decisions_for(self, job_id: int) -> tuple[PlanRecord, list[Decision]] | None:
+        """The newest plan that mentions ``job_id`` and its lines about it, or None if none does.
+
+        A job can have two lines in one plan (a reservation and its
+        ``WAITS_FOR_RESERVATION``), so every line about it is returned, in plan order.
+        """
+        with self.begin() as session:
+            plan_id = session.scalar(
+                select(Decision.plan_id)
+                .where(Decision.job_id == job_id)
+                .order_by(Decision.plan_id.desc())
+                .limit(1)
+            )
+            if plan_id is None:
+                return None
+            record = session.get(PlanRecord, plan_id)
+            assert record is not None  # decisions are deleted with their plan
+            stmt = (
+                select(Decision)
+                .where(Decision.plan_id == plan_id, Decision.job_id == job_id)
+                .order_by(Decision.id)
+            )
+            return record, list(session.scalars(stmt))
+
+    def managed_job(self, job_id: int) -> ManagedJob | None:
+        """The current record of a managed job, or None if slurmopt does not manage it."""
+        with self.begin() as session:
+            return session.get(ManagedJob, job_id)
+
     def record_fragmentation(self, report: FragmentationReport) -> int:
         """Store a report's headline figures at its snapshot time; returns the sample id."""
         with self.begin() as session:
