@@ -1,0 +1,111 @@
+"""How fast the simulator replays the Philly trace with the slurmopt policy.
+
+The first N jobs by submit time of ``philly-sia/philly.csv`` on a 1,024-GPU
+two-level fat tree (128 nodes of 8 GPUs, 16 per leaf), comm penalty on.
+Each N runs in a fresh Python process.  Reported per N: wall time, events
+(arrivals + ends), scheduler passes, events per second; then the growth
+exponent of wall time between the two largest N and the wall time that
+exponent predicts for the whole trace (82,247 jobs; target: under 3 minutes).
+
+Last run (2-core machine shared with other work): 2,000 jobs 5.2 s (770 events/s),
+5,000 jobs 14.2 s (704/s), 10,000 jobs 31.3 s (638/s, 3.2 ms per planner pass);
+wall time grows as jobs^1.14, so the full trace is predicted at about 350 s, twice the target.
+Nearly all of it is ``plan()`` rebuilding its indexes from the snapshot on every pass.
+
+    python benchmarks/sim_speed.py                  # table, then one JSON object
+    python benchmarks/sim_speed.py --json           # the JSON object only
+    python benchmarks/sim_speed.py --sizes 2000,5000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+TRACE = (
+    Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "philly-sia" / "philly.csv"
+)
+FABRIC = "fat-tree:128:16"
+SIZES = (2000, 5000, 10_000)
+FULL_TRACE_JOBS = 82_247
+TARGET_S = 180.0
+
+
+def run_child(jobs: int, trace: str) -> dict[str, Any]:
+    from slurmopt.sim import read_trace, simulate
+    from slurmopt.sim.fabrics import parse_fabric_spec
+
+    loaded = read_trace(trace, "philly-sia", limit_jobs=jobs)
+    result = simulate(loaded, parse_fabric_spec(FABRIC), "slurmopt")
+    m = result.metrics
+    return {
+        "jobs": jobs,
+        "wall_s": m["wall_s"],
+        "events": m["events"],
+        "scheduler_passes": m["scheduler_passes"],
+        "events_per_s": m["events_per_s"],
+        "ms_per_pass": round(1000 * m["wall_s"] / max(m["scheduler_passes"], 1), 3),
+        "avg_queue_delay_s": m["avg_queue_delay_s"],
+    }
+
+
+def _child(jobs: int, trace: str) -> dict[str, Any]:
+    argv = [sys.executable, __file__, "--child", str(jobs), "--trace", trace]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=True)
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print only the JSON object")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--trace", default=str(TRACE))
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_child(args.child, args.trace)))
+        return
+    rows = [_child(int(n), args.trace) for n in args.sizes.split(",")]
+    growth = None
+    predicted = None
+    if len(rows) >= 2:
+        a, b = rows[-2], rows[-1]
+        growth = math.log(b["wall_s"] / a["wall_s"]) / math.log(b["jobs"] / a["jobs"])
+        predicted = b["wall_s"] * (FULL_TRACE_JOBS / b["jobs"]) ** growth
+    doc = {
+        "trace": args.trace,
+        "fabric": FABRIC,
+        "policy": "slurmopt",
+        "runs": rows,
+        "wall_growth_exponent": None if growth is None else round(growth, 3),
+        "predicted_full_trace_s": None if predicted is None else round(predicted, 1),
+        "full_trace_jobs": FULL_TRACE_JOBS,
+        "target_s": TARGET_S,
+        "meets_target": None if predicted is None else predicted < TARGET_S,
+    }
+    if not args.json:
+        print(
+            f"{'jobs':>7} {'wall s':>8} {'events':>8} {'passes':>8} {'events/s':>9} {'ms/pass':>8}"
+        )
+        for r in rows:
+            print(
+                f"{r['jobs']:>7} {r['wall_s']:>8.2f} {r['events']:>8} {r['scheduler_passes']:>8} "
+                f"{r['events_per_s']:>9.0f} {r['ms_per_pass']:>8.2f}"
+            )
+        if predicted is not None:
+            print(
+                f"wall time grows as jobs^{growth:.2f}; full trace ({FULL_TRACE_JOBS} jobs) "
+                f"predicted {predicted:.0f} s (target {TARGET_S:.0f} s)"
+            )
+        print()
+    print(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    main()

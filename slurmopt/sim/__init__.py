@@ -1,0 +1,52 @@
+"""Trace-driven simulation of slurmopt's planner and Slurm's own schedulers.
+
+``simulate()`` replays a :class:`~slurmopt.sim.traces.Trace` on a fabric
+under each policy and returns one :class:`~slurmopt.sim.metrics.SimResult`
+per policy; ``docs/simulator.md`` describes the model and its limits.
+"""
+
+from __future__ import annotations
+
+from slurmopt.fabric import Fabric
+from slurmopt.sim.cluster import SimCluster, SimulationError
+from slurmopt.sim.comm import CommModel
+from slurmopt.sim.engine import Simulation
+from slurmopt.sim.metrics import SimResult
+from slurmopt.sim.schedulers import (
+    BF_INTERVAL_S,
+    BF_MAX_JOB_TEST,
+    BF_WINDOW_S,
+    POLICIES,
+    make_scheduler,
+)
+from slurmopt.sim.traces import Trace, TraceError, TraceJob, read_trace, scale_load
+
+
+def simulate(
+    trace: Trace,
+    fabric: Fabric,
+    policy: str,
+    comm: CommModel | None = None,
+    gpus_per_node: int = 8,
+    bf_max_job_test: int = BF_MAX_JOB_TEST,
+    bf_window_s: float = BF_WINDOW_S,
+    bf_interval_s: float = BF_INTERVAL_S,
+) -> SimResult:
+    """Replay ``trace`` on ``fabric`` (every node ``gpus_per_node`` GPUs) under ``policy``."""
+    scheduler = make_scheduler(policy, fabric, bf_max_job_test, bf_window_s, bf_interval_s)
+    cluster = SimCluster(fabric, gpus_per_node)
+    return Simulation(trace, cluster, scheduler, comm or CommModel()).run()
+
+
+__all__ = [
+    "POLICIES",
+    "CommModel",
+    "SimResult",
+    "SimulationError",
+    "Trace",
+    "TraceError",
+    "TraceJob",
+    "read_trace",
+    "scale_load",
+    "simulate",
+]

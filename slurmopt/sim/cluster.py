@@ -1,0 +1,133 @@
+"""The simulated Slurm: nodes with GPUs, pending and running jobs, and snapshots of them.
+
+Node and job objects are immutable, so the cluster keeps one per node and
+per job and replaces only those a start or an end changes; a snapshot is
+then two dictionary copies, never a rebuild of every node.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from slurmopt.fabric import Fabric
+from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
+from slurmopt.sim.traces import TraceJob
+
+PARTITION = "gpu"
+
+
+class SimulationError(RuntimeError):
+    """A scheduler asked for something the simulated cluster cannot do (a bug, not bad input)."""
+
+
+class SimCluster:
+    """Every node of the fabric with ``gpus_per_node`` GPUs, in one partition ``gpu``.
+
+    ``free`` and ``histogram`` (nodes per free-GPU count, free > 0) are kept
+    up to date on every change, as is ``stranded``: free GPUs on partly used
+    nodes, the ones only a job that fits beside others can use.
+    """
+
+    def __init__(self, fabric: Fabric, gpus_per_node: int) -> None:
+        self.fabric = fabric
+        self.node_names: tuple[str, ...] = tuple(sorted(fabric.compute_nodes))
+        self.index = {name: i for i, name in enumerate(self.node_names)}
+        self.gpus_per_node = gpus_per_node
+        self.total_gpus = gpus_per_node * len(self.node_names)
+        self.free: dict[str, int] = dict.fromkeys(self.node_names, gpus_per_node)
+        self.histogram: Counter[int] = Counter({gpus_per_node: len(self.node_names)})
+        self.stranded = 0
+        self.allocated = 0
+        self.nodes: dict[str, Node] = {
+            name: Node(
+                name=name,
+                state=NodeState.IDLE,
+                partitions=(PARTITION,),
+                gpus_total=gpus_per_node,
+                cpus=gpus_per_node * 8,
+            )
+            for name in self.node_names
+        }
+        self.partition = Partition(PARTITION, self.node_names, default=True)
+        self.pending: dict[int, Job] = {}
+        self.running: dict[int, Job] = {}
+
+    # -- snapshots ---------------------------------------------------------------------------
+    def snapshot(self, now: float) -> ClusterSnapshot:
+        """What ``squeue``/``sinfo`` would show now."""
+        jobs = dict(self.running)
+        jobs.update(self.pending)
+        return ClusterSnapshot(
+            taken_at=now,
+            nodes=self.nodes,
+            jobs=jobs,
+            partitions={PARTITION: self.partition},
+            slurm_version="simulated",
+            source="simulator",
+        )
+
+    def nodes_with_free(self, gpus: int) -> int:
+        """How many nodes have at least ``gpus`` free."""
+        return sum(count for free, count in self.histogram.items() if free >= gpus)
+
+    # -- changes -----------------------------------------------------------------------------
+    def submit(self, job: TraceJob) -> Job:
+        pending = Job(
+            job_id=job.job_id,
+            state=JobState.PENDING,
+            partition=PARTITION,
+            priority=job.priority,
+            node_count=job.nodes,
+            gpus_per_node=job.gpus_per_node,
+            time_limit_s=job.time_limit_s,
+            submit_time=job.submit_s,
+        )
+        self.pending[job.job_id] = pending
+        return pending
+
+    def start(self, job_id: int, nodes: tuple[str, ...], now: float) -> Job:
+        """Run a pending job on ``nodes`` now; raises :class:`SimulationError` if it cannot."""
+        job = self.pending.get(job_id)
+        if job is None:
+            raise SimulationError(f"job {job_id} is not pending")
+        if len(nodes) != job.node_count or len(set(nodes)) != len(nodes):
+            raise SimulationError(f"job {job_id} needs {job.node_count} nodes, got {nodes}")
+        for name in nodes:
+            if self.free.get(name, -1) < job.gpus_per_node:
+                raise SimulationError(
+                    f"job {job_id} needs {job.gpus_per_node} GPUs on {name}, "
+                    f"{self.free.get(name)} free"
+                )
+        for name in nodes:
+            self._set_free(name, self.free[name] - job.gpus_per_node)
+        del self.pending[job_id]
+        running = replace(job, state=JobState.RUNNING, nodes=nodes, start_time=now)
+        self.running[job_id] = running
+        return running
+
+    def finish(self, job_id: int) -> Job:
+        job = self.running.pop(job_id)
+        for name in job.nodes:
+            self._set_free(name, self.free[name] + job.gpus_per_node)
+        return job
+
+    def _set_free(self, name: str, free: int) -> None:
+        old = self.free[name]
+        total = self.gpus_per_node
+        self.free[name] = free
+        self.allocated += old - free
+        if old:
+            self.histogram[old] -= 1
+            if not self.histogram[old]:
+                del self.histogram[old]
+        if free:
+            self.histogram[free] += 1
+        self.stranded += (free if 0 < free < total else 0) - (old if 0 < old < total else 0)
+        alloc = total - free
+        state = NodeState.IDLE if alloc == 0 else NodeState.MIXED
+        if free == 0:
+            state = NodeState.ALLOCATED
+        self.nodes[name] = replace(
+            self.nodes[name], state=state, gpus_alloc=alloc, alloc_cpus=alloc * 8
+        )

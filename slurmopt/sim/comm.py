@@ -1,0 +1,122 @@
+"""How placement stretches a job's run time: the simulator's communication model.
+
+A trace records how long a job ran, taken here as its run time at the best
+placement the fabric allows (one leaf when the job fits under one, else the
+fewest consecutive leaves).  A job placed worse runs longer:
+
+    run = duration * ((1 - c) + c * slowdown)
+    slowdown = (best_gbps / placed_gbps) * (1 + level_penalty * levels + leaf_penalty * leaves)
+
+* ``c``: the communication share of the job's time, by total GPUs
+  (:data:`DEFAULT_SHARES`: single-node jobs talk over NVLink, so 0);
+* ``best_gbps / placed_gbps``: the slowest link the job's traffic crosses
+  at its best placement over the one it crosses where placed
+  (``Fabric.span``); an oversubscribed uplink halves bandwidth at 2:1;
+* ``levels``: switch levels crossed beyond the best placement, as extra
+  hops over two (a leaf-spine job on two leaves where one would do: 1);
+* ``leaves``: leaf switches spanned beyond the best placement.
+
+With the model off every job runs exactly its trace duration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from slurmopt.fabric import Fabric, Span
+
+#: (smallest total GPUs, communication share): the share of the last row a job reaches.
+DEFAULT_SHARES: tuple[tuple[int, float], ...] = (
+    (1, 0.0),
+    (9, 0.15),
+    (32, 0.20),
+    (64, 0.25),
+    (128, 0.30),
+)
+
+
+@dataclass(frozen=True)
+class CommModel:
+    """The stretch of a job's run time by placement; see the module docstring."""
+
+    enabled: bool = True
+    shares: tuple[tuple[int, float], ...] = DEFAULT_SHARES
+    level_penalty: float = 0.5
+    leaf_penalty: float = 0.1
+
+    def share(self, gpus: int) -> float:
+        """The communication share of a job of ``gpus`` GPUs."""
+        found = 0.0
+        for smallest, share in sorted(self.shares):
+            if gpus >= smallest:
+                found = share
+        return found
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "penalty": "on" if self.enabled else "off",
+            "shares": [{"min_gpus": g, "share": s} for g, s in self.shares],
+            "level_penalty": self.level_penalty,
+            "leaf_penalty": self.leaf_penalty,
+        }
+
+
+@dataclass
+class Stretcher:
+    """A :class:`CommModel` bound to one fabric, with the best spans cached per gang size."""
+
+    model: CommModel
+    fabric: Fabric
+    _best: dict[int, Span] = field(default_factory=dict)
+
+    def best_span(self, nodes: int) -> Span:
+        """The span of the best placement of ``nodes`` nodes: one leaf, else the fewest in order."""
+        cached = self._best.get(nodes)
+        if cached is not None:
+            return cached
+        by_leaf = [self.fabric.nodes_under(leaf) for leaf in self.fabric.leaves()]
+        biggest = max(by_leaf, key=len, default=())
+        if nodes <= len(biggest):
+            chosen = list(biggest[:nodes])
+        else:
+            # Generated fabrics number leaves in order, pods and groups contiguous.
+            chosen = [n for members in by_leaf for n in members][:nodes]
+        span = self.fabric.span(chosen)
+        self._best[nodes] = span
+        return span
+
+    def factor(self, nodes: Sequence[str], gpus: int) -> tuple[float, int]:
+        """Run-time factor (>= 1) for a job of ``gpus`` GPUs on ``nodes``, and leaves spanned."""
+        if len(nodes) < 2:
+            return 1.0, 1
+        span = self.fabric.span(nodes)
+        if not self.model.enabled:
+            return 1.0, span.num_leaves
+        share = self.model.share(gpus)
+        if share <= 0:
+            return 1.0, span.num_leaves
+        best = self.best_span(len(nodes))
+        ratio = 1.0
+        if span.slowest_link_gbps and best.slowest_link_gbps:
+            ratio = max(1.0, best.slowest_link_gbps / span.slowest_link_gbps)
+        levels = max(0, span.max_hops - best.max_hops) / 2
+        leaves = max(0, span.num_leaves - best.num_leaves)
+        slowdown = ratio * (
+            1 + self.model.level_penalty * levels + self.model.leaf_penalty * leaves
+        )
+        return (1 - share) + share * slowdown, span.num_leaves
+
+
+def parse_shares(text: str) -> tuple[tuple[int, float], ...]:
+    """``"1:0,9:0.15,32:0.2"`` -> the share table; raises ValueError on a bad entry."""
+    rows = []
+    for item in text.split(","):
+        gpus, sep, share = item.partition(":")
+        if not sep:
+            raise ValueError(f"bad share entry {item!r}: use MIN_GPUS:SHARE")
+        value = float(share)
+        if not 0 <= value <= 1:
+            raise ValueError(f"share {value} is not between 0 and 1")
+        rows.append((int(gpus), value))
+    return tuple(sorted(rows))

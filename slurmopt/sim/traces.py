@@ -1,0 +1,542 @@
+"""Job traces for the simulator: one reader per public or Slurm format, one job type out.
+
+Every reader returns a :class:`Trace` of :class:`TraceJob` sorted by submit
+time, with submit times shifted so the first job arrives at 0.  Two rules
+turn the traces' GPU counts into Slurm requests, because none of the
+public traces records nodes:
+
+* **gangs**: a job asking for more GPUs than one node has (8 by default)
+  becomes a gang of whole nodes, ``ceil(gpus / gpus_per_node)`` nodes with
+  every GPU each; a job that fits one node asks for its GPUs on one node;
+* **time limits**: the trace's own limit where it has one, else the
+  duration rounded up to the next of :data:`LIMIT_LADDER_S` (the limits
+  users type), and whole days beyond 30 days.
+
+A bad file raises :class:`TraceError` naming the file and line (for JSON,
+the job's index).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from slurmopt.errors import SlurmoptError
+
+#: Time limits users pick, in seconds: 30 min, 1, 2, 4, 8, 12 h, 1, 2, 3, 7, 14, 30 days.
+LIMIT_LADDER_S = (
+    1800,
+    3600,
+    2 * 3600,
+    4 * 3600,
+    8 * 3600,
+    12 * 3600,
+    86400,
+    2 * 86400,
+    3 * 86400,
+    7 * 86400,
+    14 * 86400,
+    30 * 86400,
+)
+
+DEFAULT_GPUS_PER_NODE = 8
+
+FORMATS = ("philly-sia", "itp", "tiresias", "openb", "sacct", "sacct-json", "csv")
+
+
+class TraceError(SlurmoptError):
+    """A trace file that cannot be read; the message names the file and line."""
+
+    exit_code = 65  # EX_DATAERR
+
+    def __init__(self, cause: str, path: str, line: int | str | None = None) -> None:
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {cause}")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job as the simulator submits it.
+
+    ``duration_s`` is the run time at the best placement (the comm model
+    may stretch it); ``gpus_asked`` is the trace's own GPU count before the
+    gang rule rounded it to whole nodes.
+    """
+
+    job_id: int
+    submit_s: float
+    duration_s: float
+    nodes: int
+    gpus_per_node: int
+    time_limit_s: int
+    gpus_asked: int
+    priority: int = 0
+    preemptible: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Jobs of one trace file, sorted by submit time, with what the readers had to assume."""
+
+    path: str
+    format: str
+    jobs: tuple[TraceJob, ...]
+    notes: tuple[str, ...] = ()
+    skipped: Mapping[str, int] = field(default_factory=dict)
+
+    def offered_load(self, total_gpus: int) -> float | None:
+        """Asked-for GPU-seconds over the GPU-seconds offered between first and last submit."""
+        if len(self.jobs) < 2 or total_gpus <= 0:
+            return None
+        span = self.jobs[-1].submit_s - self.jobs[0].submit_s
+        if span <= 0:
+            return None
+        work = sum(j.gpus * j.duration_s for j in self.jobs)
+        return work / (span * total_gpus)
+
+
+def time_limit_for(duration_s: float) -> int:
+    """The limit a user would have typed for a job of this length; see the module docstring."""
+    for limit in LIMIT_LADDER_S:
+        if duration_s <= limit:
+            return limit
+    return math.ceil(duration_s / 86400) * 86400
+
+
+@dataclass
+class _Raw:
+    """A job as read, before gang rounding, sorting and renumbering."""
+
+    submit_s: float
+    duration_s: float
+    gpus: int
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    priority: int = 0
+    time_limit_s: int | None = None
+    preemptible: bool = False
+
+
+@dataclass
+class _Tally:
+    skipped: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def skip(self, why: str) -> None:
+        self.skipped[why] = self.skipped.get(why, 0) + 1
+
+
+# -- CSV plumbing ------------------------------------------------------------------------------
+def _read_text(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TraceError("no such file", path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"cannot read: {exc}", path) from None
+
+
+def _csv_rows(
+    text: str, path: str, required: Sequence[str], delimiter: str = ","
+) -> Iterator[tuple[int, dict[str, str]]]:
+    """``(line, row)`` per data row; blank lines are skipped, missing columns are an error."""
+    reader = csv.reader(io.StringIO(text), delimiter=delimiter)
+    header: list[str] | None = None
+    for cells in reader:
+        line = reader.line_num
+        if not cells or all(not c.strip() for c in cells):
+            continue
+        if header is None:
+            header = [c.strip() for c in cells]
+            missing = [c for c in required if c not in header]
+            if missing:
+                raise TraceError(
+                    f"missing column(s) {', '.join(missing)}; header is {delimiter.join(header)}",
+                    path,
+                    line,
+                )
+            continue
+        if len(cells) != len(header):
+            raise TraceError(f"expected {len(header)} fields, got {len(cells)}", path, line)
+        yield line, {h: c.strip() for h, c in zip(header, cells, strict=True)}
+    if header is None:
+        raise TraceError("empty file", path)
+
+
+def _number(row: Mapping[str, str], key: str, path: str, line: int) -> float:
+    raw = row.get(key, "")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise TraceError(f"{key} is not a number: {raw!r}", path, line) from None
+    if not math.isfinite(value) or value < 0:
+        raise TraceError(f"{key} must be a finite number >= 0, got {raw!r}", path, line)
+    return value
+
+
+def _whole(row: Mapping[str, str], key: str, path: str, line: int) -> int:
+    value = _number(row, key, path, line)
+    if not value.is_integer():
+        raise TraceError(f"{key} must be a whole number, got {row[key]!r}", path, line)
+    return int(value)
+
+
+# -- the formats -------------------------------------------------------------------------------
+def _philly(text: str, path: str, tally: _Tally) -> list[_Raw]:
+    out = []
+    for line, row in _csv_rows(text, path, ("timestamp", "duration", "num_gpus")):
+        try:
+            submitted = dt.datetime.fromisoformat(row["timestamp"])
+        except ValueError:
+            raise TraceError(f"timestamp is not a date: {row['timestamp']!r}", path, line) from None
+        submitted = submitted.replace(tzinfo=submitted.tzinfo or dt.UTC)
+        out.append(
+            _Raw(
+                submitted.timestamp(),
+                _number(row, "duration", path, line),
+                _whole(row, "num_gpus", path, line),
+            )
+        )
+    return out
+
+
+def _itp(text: str, path: str, tally: _Tally) -> list[_Raw]:
+    cols = ("submission_time", "duration", "num_gpu")
+    return [
+        _Raw(
+            _number(row, "submission_time", path, line),
+            _number(row, "duration", path, line),
+            _whole(row, "num_gpu", path, line),
+        )
+        for line, row in _csv_rows(text, path, cols)
+    ]
+
+
+def _tiresias(text: str, path: str, tally: _Tally) -> list[_Raw]:
+    cols = ("num_gpu", "submit_time", "duration")
+    return [
+        _Raw(
+            _number(row, "submit_time", path, line),
+            _number(row, "duration", path, line),
+            _whole(row, "num_gpu", path, line),
+        )
+        for line, row in _csv_rows(text, path, cols)
+    ]
+
+
+def _openb(text: str, path: str, tally: _Tally) -> list[_Raw]:
+    out = []
+    shares = 0
+    cols = ("num_gpu", "gpu_milli", "creation_time", "deletion_time")
+    for line, row in _csv_rows(text, path, cols):
+        gpus = _whole(row, "num_gpu", path, line)
+        milli = _whole(row, "gpu_milli", path, line)
+        if gpus == 1 and 0 < milli < 1000:
+            shares += 1  # a share of one GPU: counted as the whole GPU for now
+        created = _number(row, "creation_time", path, line)
+        started = created
+        if row.get("scheduled_time"):
+            started = max(created, _number(row, "scheduled_time", path, line))
+        deleted = _number(row, "deletion_time", path, line)
+        if deleted < started:
+            raise TraceError("deletion_time is before the pod started", path, line)
+        out.append(_Raw(created, deleted - started, gpus))
+    if shares:
+        tally.notes.append(
+            f"{shares} pods ask for a share of one GPU (gpu_milli < 1000); each counts as 1 GPU"
+        )
+    return out
+
+
+_SLURM_TIME = re.compile(r"^(?:(?P<d>\d+)-)?(?P<rest>\d+(?::\d+){0,2})$")
+
+
+def slurm_duration_s(text: str) -> int | None:
+    """Slurm's ``[D-]HH:MM:SS`` / ``MM:SS`` / ``MM`` / ``D-HH[:MM]`` in seconds; None: no limit.
+
+    Raises ValueError for anything else.
+    """
+    text = text.strip()
+    if text.upper() in ("", "UNLIMITED", "INFINITE", "PARTITION_LIMIT", "NONE"):
+        return None
+    match = _SLURM_TIME.match(text)
+    if match is None:
+        raise ValueError(f"bad time {text!r}")
+    days = int(match["d"] or 0)
+    parts = [int(p) for p in match["rest"].split(":")]
+    if match["d"] is not None:
+        h, m, s = (parts + [0, 0])[:3]
+    elif len(parts) == 1:
+        h, m, s = 0, parts[0], 0
+    elif len(parts) == 2:
+        h, m, s = 0, parts[0], parts[1]
+    else:
+        h, m, s = parts
+    return days * 86400 + h * 3600 + m * 60 + s
+
+
+def _sacct_time(text: str) -> float | None:
+    text = text.strip()
+    if text in ("", "Unknown", "None", "N/A"):
+        return None
+    stamp = dt.datetime.fromisoformat(text)
+    return stamp.replace(tzinfo=stamp.tzinfo or dt.UTC).timestamp()
+
+
+_TRES_GPU = re.compile(r"(?:^|,)gres/gpu(?::[^=,]+)?=(\d+)")
+
+
+def _tres_gpus(text: str) -> int:
+    """GPUs in an ``AllocTRES`` string; typed entries (``gres/gpu:h100=8``) are the same GPUs."""
+    counts = [int(m) for m in _TRES_GPU.findall(text)]
+    return max(counts, default=0)
+
+
+def _sacct(text: str, path: str, tally: _Tally) -> list[_Raw]:
+    out = []
+    cols = ("Submit", "Start", "End", "Timelimit", "AllocTRES", "NNodes")
+    for line, row in _csv_rows(text, path, cols, delimiter="|"):
+        try:
+            submit, start, end = (_sacct_time(row[k]) for k in ("Submit", "Start", "End"))
+            limit = slurm_duration_s(row["Timelimit"])
+        except ValueError as exc:
+            raise TraceError(str(exc), path, line) from None
+        if submit is None or start is None or end is None or end < start:
+            tally.skip("never ran or still running")
+            continue
+        gpus = _tres_gpus(row["AllocTRES"])
+        if gpus == 0:
+            tally.skip("no GPUs")
+            continue
+        nodes = _whole(row, "NNodes", path, line) or 1
+        prio = _whole(row, "Priority", path, line) if row.get("Priority") else 0
+        per_node = gpus // nodes if gpus % nodes == 0 else None
+        out.append(
+            _Raw(submit, end - start, gpus, nodes if per_node else None, per_node, prio, limit)
+        )
+    return out
+
+
+def _json_number(value: Any) -> float | None:
+    """A plain number or Slurm's ``{set, infinite, number}``; None when unset or infinite."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, dict):
+        if value.get("infinite") or not value.get("set", True):
+            return None
+        return _json_number(value.get("number"))
+    raise ValueError(f"expected a number, got {value!r}")
+
+
+def _json_gpus(job: Mapping[str, Any]) -> int:
+    tres = job.get("tres") or {}
+    items = tres.get("allocated") if isinstance(tres, dict) else None
+    for item in items or []:
+        if item.get("type") == "gres" and str(item.get("name", "")).split(":")[0] == "gpu":
+            return int(item.get("count") or 0)
+    for key in ("tres_alloc_str", "tres_req_str"):
+        if isinstance(job.get(key), str):
+            return _tres_gpus(job[key])
+    return 0
+
+
+def _sacct_json(text: str, path: str, tally: _Tally) -> list[_Raw]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"not JSON: {exc.msg}", path, exc.lineno) from None
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(jobs, list):
+        raise TraceError("expected an object with a 'jobs' list (sacct --json)", path)
+    out = []
+    for i, job in enumerate(jobs):
+        where = f"jobs[{i}]"
+        try:
+            if not isinstance(job, dict):
+                raise ValueError("expected an object")
+            times = job.get("time") or {}
+            submit = _json_number(times.get("submission"))
+            start = _json_number(times.get("start"))
+            end = _json_number(times.get("end"))
+            limit_min = _json_number(times.get("limit"))
+            nodes = _json_number(job.get("allocation_nodes", job.get("node_count")))
+            prio = _json_number(job.get("priority")) or 0
+        except ValueError as exc:
+            raise TraceError(str(exc), path, where) from None
+        if not submit or not start or not end or end < start:
+            tally.skip("never ran or still running")
+            continue
+        gpus = _json_gpus(job)
+        if gpus == 0:
+            tally.skip("no GPUs")
+            continue
+        k = int(nodes or 1)
+        per_node = gpus // k if gpus % k == 0 else None
+        limit = None if limit_min is None else int(limit_min * 60)
+        out.append(
+            _Raw(submit, end - start, gpus, k if per_node else None, per_node, int(prio), limit)
+        )
+    return out
+
+
+_CSV_REQUIRED = ("submit_s", "duration_s", "gpus")
+_TRUE = {"1", "true", "yes", "y"}
+_FALSE = {"", "0", "false", "no", "n"}
+
+
+def _plain_csv(text: str, path: str, tally: _Tally) -> list[_Raw]:
+    out = []
+    for line, row in _csv_rows(text, path, _CSV_REQUIRED):
+        raw = _Raw(
+            _number(row, "submit_s", path, line),
+            _number(row, "duration_s", path, line),
+            _whole(row, "gpus", path, line),
+        )
+        if row.get("nodes"):
+            raw.nodes = _whole(row, "nodes", path, line)
+        if row.get("gpus_per_node"):
+            raw.gpus_per_node = _whole(row, "gpus_per_node", path, line)
+        if raw.nodes is not None and raw.gpus_per_node is None:
+            if raw.nodes == 0 or raw.gpus % raw.nodes:
+                raise TraceError(f"gpus {raw.gpus} do not split over {raw.nodes} nodes", path, line)
+            raw.gpus_per_node = raw.gpus // raw.nodes
+        if raw.gpus_per_node is not None:
+            raw.nodes = raw.nodes or max(1, raw.gpus // max(raw.gpus_per_node, 1))
+            if raw.nodes * raw.gpus_per_node != raw.gpus:
+                raise TraceError(
+                    f"gpus {raw.gpus} != nodes {raw.nodes} x gpus_per_node {raw.gpus_per_node}",
+                    path,
+                    line,
+                )
+        if row.get("priority"):
+            raw.priority = _whole(row, "priority", path, line)
+        if row.get("time_limit_s"):
+            raw.time_limit_s = _whole(row, "time_limit_s", path, line)
+        flag = row.get("preemptible", "").lower()
+        if flag not in _TRUE | _FALSE:
+            raise TraceError(f"preemptible must be true or false, got {flag!r}", path, line)
+        raw.preemptible = flag in _TRUE
+        out.append(raw)
+    return out
+
+
+_READERS: dict[str, Callable[[str, str, _Tally], list[_Raw]]] = {
+    "philly-sia": _philly,
+    "itp": _itp,
+    "tiresias": _tiresias,
+    "openb": _openb,
+    "sacct": _sacct,
+    "sacct-json": _sacct_json,
+    "csv": _plain_csv,
+}
+
+
+def read_trace(
+    path: str | Path,
+    fmt: str,
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+    limit_jobs: int | None = None,
+) -> Trace:
+    """Read ``path`` as ``fmt`` (see :data:`FORMATS`); keep the first ``limit_jobs`` by submit."""
+    name = str(path)
+    reader = _READERS.get(fmt)
+    if reader is None:
+        raise TraceError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})", name)
+    if gpus_per_node <= 0:
+        raise TraceError(f"gpus per node must be positive, got {gpus_per_node}", name)
+    tally = _Tally()
+    raws = reader(_read_text(name), name, tally)
+    kept = []
+    for raw in raws:
+        if raw.gpus <= 0:
+            tally.skip("no GPUs")
+            continue
+        kept.append(raw)
+    kept.sort(key=lambda r: r.submit_s)  # stable: ties keep file order
+    if limit_jobs is not None:
+        kept = kept[: max(limit_jobs, 0)]
+    origin = kept[0].submit_s if kept else 0.0
+    jobs = []
+    gangs = rounded = 0
+    for i, raw in enumerate(kept, start=1):
+        nodes, per_node = _shape(raw, gpus_per_node)
+        if nodes > 1 and raw.nodes is None:
+            gangs += 1
+            rounded += nodes * per_node != raw.gpus
+        duration = max(raw.duration_s, 1.0)
+        limit = raw.time_limit_s if raw.time_limit_s else time_limit_for(duration)
+        jobs.append(
+            TraceJob(
+                job_id=i,
+                submit_s=raw.submit_s - origin,
+                duration_s=duration,
+                nodes=nodes,
+                gpus_per_node=per_node,
+                time_limit_s=limit,
+                gpus_asked=raw.gpus,
+                priority=raw.priority,
+                preemptible=raw.preemptible,
+            )
+        )
+    notes = list(tally.notes)
+    if gangs:
+        notes.append(
+            f"{gangs} jobs asking for more than {gpus_per_node} GPUs became gangs of whole "
+            f"{gpus_per_node}-GPU nodes ({rounded} of them rounded up to whole nodes)"
+        )
+    for why, count in sorted(tally.skipped.items()):
+        notes.append(f"{count} jobs skipped: {why}")
+    return Trace(name, fmt, tuple(jobs), tuple(notes), dict(tally.skipped))
+
+
+def _shape(raw: _Raw, gpus_per_node: int) -> tuple[int, int]:
+    """Nodes and GPUs per node: the trace's own split, else one node or a gang of whole nodes."""
+    if raw.nodes is not None and raw.gpus_per_node is not None:
+        return raw.nodes, raw.gpus_per_node
+    if raw.gpus <= gpus_per_node:
+        return 1, raw.gpus
+    return math.ceil(raw.gpus / gpus_per_node), gpus_per_node
+
+
+def scale_load(trace: Trace, total_gpus: int, load: float) -> tuple[Trace, float]:
+    """Stretch or squeeze inter-arrival times so the offered load becomes ``load``.
+
+    Returns the new trace and the factor applied to every submit time.
+    Durations are untouched: only the arrival rate changes.
+    """
+    if load <= 0:
+        raise TraceError(f"load must be positive, got {load}", trace.path)
+    native = trace.offered_load(total_gpus)
+    if native is None:
+        raise TraceError("cannot scale the load of a trace with one submit instant", trace.path)
+    factor = native / load
+    jobs = tuple(replace(j, submit_s=j.submit_s * factor) for j in trace.jobs)
+    return replace(trace, jobs=jobs), factor
+
+
+__all__ = [
+    "DEFAULT_GPUS_PER_NODE",
+    "FORMATS",
+    "LIMIT_LADDER_S",
+    "Trace",
+    "TraceError",
+    "TraceJob",
+    "read_trace",
+    "scale_load",
+    "slurm_duration_s",
+    "time_limit_for",
+]

@@ -1,0 +1,143 @@
+"""The simulator against schedules worked out by hand on tiny traces.
+
+Clusters: ``fat-tree:4:4`` is four 8-GPU nodes under one leaf;
+``fat-tree:4:2`` is two leaves of two nodes.  Every fixture job states its
+time limit, which is what the schedulers plan with.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurmopt.sim import CommModel, SimResult, read_trace, simulate
+from slurmopt.sim.comm import Stretcher
+from slurmopt.sim.fabrics import parse_fabric_spec
+
+TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+OFF = CommModel(enabled=False)
+
+
+def _run(trace: str, fabric: str, policy: str, **kw: object) -> SimResult:
+    comm = kw.pop("comm", OFF)
+    assert isinstance(comm, CommModel)
+    return simulate(
+        read_trace(TRACES / trace, "csv"),
+        parse_fabric_spec(fabric),
+        policy,
+        comm,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _starts(result: SimResult) -> dict[int, float | None]:
+    return {o.job.job_id: o.start for o in result.outcomes}
+
+
+def test_fifo_keeps_priority_order_and_never_backfills() -> None:
+    # Job 1 takes 3 of 4 nodes until 100; job 2 (2 nodes) waits; job 3 (1 node, 10 s)
+    # would fit on the 4th node now, but FIFO keeps it behind job 2.
+    result = _run("backfill.csv", "fat-tree:4:4", "slurm-fifo")
+    assert _starts(result) == {1: 0.0, 2: 100.0, 3: 100.0}
+    assert result.metrics["avg_queue_delay_s"] == pytest.approx((0 + 99 + 98) / 3, abs=0.01)
+
+
+@pytest.mark.parametrize("policy", ["slurmopt", "slurm-backfill-tree"])
+def test_short_job_backfills_onto_the_idle_node(policy: str) -> None:
+    # Job 3 ends (limit 10 s) long before job 2's reservation at 100: it must start at once.
+    result = _run("backfill.csv", "fat-tree:4:4", policy, bf_interval_s=0)
+    assert _starts(result) == {1: 0.0, 2: 100.0, 3: 2.0}
+
+
+def test_slurm_backfill_runs_every_bf_interval() -> None:
+    # The main scheduler stops at job 2; job 3 waits for the next backfill pass at t=30.
+    result = _run("backfill.csv", "fat-tree:4:4", "slurm-backfill-tree", bf_interval_s=30)
+    assert _starts(result) == {1: 0.0, 2: 100.0, 3: 30.0}
+
+
+@pytest.mark.parametrize("policy", ["slurmopt", "slurm-backfill-tree", "slurm-fifo"])
+def test_backfill_that_would_delay_the_reservation_does_not_happen(policy: str) -> None:
+    # Job 2 needs all 4 nodes from 100 (when job 1's limit ends); job 3's limit of 200 s
+    # would hold the free node past 100, so it waits until job 2 is done at 150.
+    result = _run("no-backfill.csv", "fat-tree:4:4", policy, bf_interval_s=0)
+    assert _starts(result) == {1: 0.0, 2: 100.0, 3: 150.0}
+
+
+def test_slurmopt_waits_for_one_leaf_where_slurm_spreads_and_pays_the_comm_penalty() -> None:
+    # Jobs 1 and 3 hold gpu0001 (leaf1) and gpu0003 (leaf2) until ~1000; job 2 frees gpu0002
+    # at 10.  At 20 the 2-node job 4 finds one free node on each leaf.
+    on = CommModel()
+    slurm = _run("two-leaves.csv", "fat-tree:4:2", "slurm-backfill-tree", comm=on, bf_interval_s=0)
+    job4 = slurm.outcomes[3]
+    assert job4.start == 20.0 and job4.leaves == 2
+    # 16 GPUs: share 0.15; one extra level and one extra leaf: 0.85 + 0.15 * 1.6 = 1.09.
+    assert job4.stretch == pytest.approx(1.09)
+    assert job4.end == pytest.approx(20 + 109.0)
+    off = _run("two-leaves.csv", "fat-tree:4:2", "slurm-backfill-tree", bf_interval_s=0)
+    assert off.outcomes[3].end == pytest.approx(120.0)
+    planned = _run("two-leaves.csv", "fat-tree:4:2", "slurmopt", comm=on)
+    job4 = planned.outcomes[3]
+    # The planner keeps the gang on one leaf: it waits for leaf1 at 1000 and runs unstretched.
+    assert (job4.start, job4.leaves, job4.stretch, job4.end) == (1000.0, 1, 1.0, 1100.0)
+    assert planned.metrics["avg_leaves_spanned_multinode"] == 1.0
+    assert slurm.metrics["avg_leaves_spanned_multinode"] == 2.0
+
+
+def test_gang_goes_on_the_leaf_that_holds_it_whole(tmp_path: Path) -> None:
+    trace = tmp_path / "gang.csv"
+    trace.write_text(
+        "submit_s,duration_s,gpus,time_limit_s\n0,500,8,500\n0,500,8,500\n1,100,32,100\n"
+    )
+    fabric = parse_fabric_spec("fat-tree:8:4")
+    for policy in ("slurmopt", "slurm-backfill-tree"):
+        result = simulate(read_trace(trace, "csv"), fabric, policy, OFF, bf_interval_s=0)
+        gang = result.outcomes[2]
+        # Two nodes of leaf1 are busy: the 4-node gang takes leaf2 whole, at once.
+        assert gang.start == 1.0 and gang.leaves == 1, policy
+
+
+def test_comm_model_stretches_a_two_leaf_job_more_on_an_oversubscribed_fabric() -> None:
+    flat = Stretcher(CommModel(), parse_fabric_spec("fat-tree:4:2"))
+    assert flat.factor(["gpu0001", "gpu0002"], 16) == (1.0, 1)
+    assert flat.factor(["gpu0001", "gpu0003"], 16) == (pytest.approx(1.09), 2)
+    oversub = Stretcher(CommModel(), parse_fabric_spec("fat-tree:4:2:2"))
+    # Half the bandwidth across the spine: the communication part takes 2 x 1.6 as long.
+    assert oversub.factor(["gpu0001", "gpu0003"], 16) == (pytest.approx(0.85 + 0.15 * 3.2), 2)
+    off = Stretcher(CommModel(enabled=False), parse_fabric_spec("fat-tree:4:2:2"))
+    assert off.factor(["gpu0001", "gpu0003"], 16) == (1.0, 2)
+
+
+def test_stretched_job_past_its_limit_is_cut_at_the_limit(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "submit_s,duration_s,gpus,time_limit_s\n"
+        "0,1000,8,1000\n0,10,8,10\n1,1000,8,1000\n20,100,16,100\n"
+    )
+    fabric = parse_fabric_spec("fat-tree:4:2")
+    result = simulate(read_trace(trace, "csv"), fabric, "slurm-backfill-tree", bf_interval_s=0)
+    job4 = result.outcomes[3]
+    assert job4.timed_out and job4.end == pytest.approx(120.0)
+    assert result.metrics["timed_out"] == 1
+
+
+def test_metrics_cover_the_whole_run() -> None:
+    result = _run("backfill.csv", "fat-tree:4:4", "slurmopt", bf_interval_s=0)
+    m = result.metrics
+    assert (m["jobs"], m["finished"], m["never_started"]) == (3, 3, 0)
+    assert m["makespan_s"] == 200.0
+    # GPU-seconds: 24*100 + 16*100 + 8*10 over 32 GPUs x 200 s.
+    assert m["gpu_allocation_ratio"] == pytest.approx((2400 + 1600 + 80) / (32 * 200), abs=1e-4)
+    assert m["avg_stranded_gpus"] == 0.0
+    assert m["multinode_jobs"] == 2
+    assert m["avg_wait_multinode_s"] == pytest.approx(49.5)
+    assert m["p95_queue_delay_s"] == 99.0
+    assert result.series[0]["t_s"] == 0.0 and len(result.series) == 100
+
+
+def test_job_larger_than_the_cluster_is_skipped_not_waited_for(tmp_path: Path) -> None:
+    trace = tmp_path / "big.csv"
+    trace.write_text("submit_s,duration_s,gpus\n0,10,64\n1,10,8\n")
+    result = simulate(read_trace(trace, "csv"), parse_fabric_spec("fat-tree:4:4"), "slurmopt")
+    assert result.metrics["skipped_too_big"] == 1
+    assert result.metrics["finished"] == 1
