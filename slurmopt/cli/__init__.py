@@ -33,8 +33,11 @@ def cli(ctx: click.Context, backend: str) -> None:
 
 
 def _register() -> None:
+    from slurmopt.cli.daemon import daemon, disable, enable
     from slurmopt.cli.explain import explain
     from slurmopt.cli.fragmentation import fragmentation
+    from slurmopt.cli.plugin import plugin
+    from slurmopt.cli.simulate import simulate_cmd
     from slurmopt.cli.submit import submit
     from slurmopt.cli.topology import topology
 
@@ -42,6 +45,11 @@ def _register() -> None:
     cli.add_command(fragmentation)
     cli.add_command(topology)
     cli.add_command(submit)
+    cli.add_command(daemon)
+    cli.add_command(disable)
+    cli.add_command(enable)
+    cli.add_command(simulate_cmd, name="simulate")
+    cli.add_command(plugin)
 
 
 _register()

@@ -5,44 +5,58 @@ holds new GPU jobs for slurmopt only while the file is fresh and says
 ``enforce=1``.  A stale, missing or unreadable file means "slurmopt is not
 there": the plugin fails open and Slurm schedules as if slurmopt did not
 exist.  So the format is as small as a Lua pattern can parse (``key=value``
-lines, integers only; see ``docs/config.md``), the write is atomic (a reader
-sees the old file or the new one, never half of one), and the Python reader,
-like the plugin, never raises.
+lines, integers and one comma-separated list; see ``docs/config.md``), the
+write is atomic (a reader sees the old file or the new one, never half of
+one), and the Python reader, like the plugin, never raises.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 FORMAT_VERSION = 1
 #: Anything larger is not a heartbeat; the reader stops there.
 MAX_BYTES = 4096
+#: What a managed partition name on the ``partitions=`` line may look like.
+_PARTITION_NAME = re.compile(r"[^,=\s]+")
 
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
-    """What one heartbeat file says."""
+    """What one heartbeat file says.
+
+    ``managed_partitions`` is the daemon's list of partitions whose GPU jobs
+    the plugin holds (``*`` means every partition); it is carried here so a
+    configuration change needs no plugin reinstall.  Empty, no line is
+    written and only jobs tagged by ``slurmopt submit`` are held.
+    """
 
     time: int
     enforce: bool
     pid: int
     holder: str
     version: int = FORMAT_VERSION
+    managed_partitions: tuple[str, ...] = ()
 
     def render(self) -> str:
         """The file's text: one ``key=value`` per line, newline-terminated."""
-        return (
+        text = (
             f"version={self.version}\n"
             f"time={self.time}\n"
             f"enforce={1 if self.enforce else 0}\n"
             f"pid={self.pid}\n"
             f"holder={self.holder}\n"
         )
+        if self.managed_partitions:
+            text += f"partitions={','.join(self.managed_partitions)}\n"
+        return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +76,16 @@ def write_heartbeat(
     now: float | None = None,
     pid: int | None = None,
     holder: str | None = None,
+    managed_partitions: Sequence[str] = (),
 ) -> Heartbeat:
     """Atomically replace the heartbeat at ``path``: temp file, fsync, rename, fsync the dir.
 
     ``now`` defaults to the wall clock (the plugin compares with its own
     ``os.time()``, so a monotonic clock would be wrong here); ``holder``
     defaults to ``host:pid``.  The file is made world-readable, because the
-    reader is slurmctld, which may run as another user.
+    reader is slurmctld, which may run as another user.  A partition name
+    the plugin could not read back (empty, or with a comma, ``=`` or
+    whitespace) is a ValueError, raised before anything is written.
     """
     pid = os.getpid() if pid is None else pid
     beat = Heartbeat(
@@ -76,9 +93,13 @@ def write_heartbeat(
         enforce=enforce,
         pid=pid,
         holder=f"{socket.gethostname()}:{pid}" if holder is None else holder,
+        managed_partitions=tuple(managed_partitions),
     )
     if any(c in beat.holder for c in "\n\r"):
         raise ValueError(f"heartbeat holder must be one line, got {beat.holder!r}")
+    for name in beat.managed_partitions:
+        if not _PARTITION_NAME.fullmatch(name):
+            raise ValueError(f"bad partition name for the heartbeat: {name!r}")
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
@@ -106,7 +127,8 @@ def parse_heartbeat(text: str) -> Heartbeat:
     """The heartbeat in ``text``; ValueError if it is not one.
 
     Unknown keys are ignored (a later version may add some); ``time`` and
-    ``enforce`` are required; a ``version`` other than 1 is refused.
+    ``enforce`` are required; a ``version`` other than 1 is refused;
+    ``partitions`` is optional (empty names between commas are dropped).
     """
     fields: dict[str, str] = {}
     for line in text.splitlines():
@@ -130,6 +152,9 @@ def parse_heartbeat(text: str) -> Heartbeat:
         pid=int(fields.get("pid", "0")),
         holder=fields.get("holder", ""),
         version=version,
+        managed_partitions=tuple(
+            name.strip() for name in fields.get("partitions", "").split(",") if name.strip()
+        ),
     )
 
 

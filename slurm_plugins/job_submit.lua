@@ -1,0 +1,1 @@
+../slurmopt/data/job_submit.lua

@@ -1,0 +1,191 @@
+"""``slurmopt daemon``, and the kill switch ``slurmopt disable`` / ``slurmopt enable``."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from slurmopt.cli.common import emit_json
+from slurmopt.config import Config, load_config
+from slurmopt.errors import SlurmCommandError, SlurmoptError
+
+
+def _backend(ctx: click.Context, config: Config) -> str:
+    """The root ``--backend`` when given (or from its env var), else the configuration's."""
+    root = ctx.find_root()
+    source = root.get_parameter_source("backend")
+    if source in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT):
+        return str((root.obj or {}).get("backend", config.backend))
+    return config.backend
+
+
+def _connect(ctx: click.Context, config: Config) -> Any:
+    from slurmopt.slurm import connect
+
+    backend = _backend(ctx, config)
+    if backend == "rest":
+        return connect("rest", url=config.rest_url or None)
+    return connect(backend)
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s slurmopt[%(process)d] %(levelname)s %(message)s",
+    )
+    for chatty in ("alembic", "apscheduler"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+
+
+_config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Configuration file (default: $SLURMOPT_CONFIG, else /etc/slurmopt/slurmopt.toml).",
+)
+_db_option = click.option(
+    "--db", default=None, help="Database URL (default: from the configuration or $SLURMOPT_DB)."
+)
+
+
+@click.command()
+@_config_option
+@_db_option
+@click.option("--interval", type=float, default=None, help="Seconds between cycles.")
+@click.option(
+    "--enforce/--advisory",
+    default=None,
+    help="Act on plans (hold, pin, release), or only log and store them (default: config).",
+)
+@click.option("--once", is_flag=True, help="Run one cycle, then exit.")
+@click.pass_context
+def daemon(
+    ctx: click.Context,
+    config_path: str | None,
+    db: str | None,
+    interval: float | None,
+    enforce: bool | None,
+    once: bool,
+) -> None:
+    """Plan every interval; with --enforce, pin and release the jobs slurmopt holds."""
+    from slurmopt.daemon.loop import Daemon
+    from slurmopt.store import Store
+
+    config = load_config(config_path, {"db": db, "interval_s": interval, "enforce": enforce})
+    _setup_logging(config.log_level)
+    store = Store.open(config.db)
+    try:
+        runner = Daemon(config, _connect(ctx, config), store)
+        if once:
+            result = runner.run_once()
+            click.echo(f"{result.mode}: {'; '.join(result.notes) or 'done'}")
+        else:
+            runner.run_forever()
+    finally:
+        store.close()
+
+
+@dataclass
+class _Released:
+    released: list[int]
+    failed: dict[int, str]
+
+
+def _release_all(ctx: click.Context, config: Config) -> _Released:
+    """Release every hold of slurmopt's on a managed job, from one fresh snapshot."""
+    from slurmopt.daemon.managed import holds_for_us
+
+    client = _connect(ctx, config)
+    snapshot = client.snapshot()
+    out = _Released([], {})
+    for job in sorted(snapshot.jobs.values(), key=lambda j: j.job_id):
+        if not holds_for_us(job, config.managed_partitions):
+            continue
+        try:
+            client.release(job.job_id)
+        except SlurmCommandError as exc:
+            out.failed[job.job_id] = str(exc)
+            continue
+        out.released.append(job.job_id)
+    return out
+
+
+@click.command()
+@_config_option
+@_db_option
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.pass_context
+def disable(ctx: click.Context, config_path: str | None, db: str | None, as_json: bool) -> None:
+    """Kill switch: stop enforcing everywhere and release every job slurmopt holds.
+
+    Writes the heartbeat with enforce=0 (the job-submit plugin stops holding
+    new jobs), records "disabled" in the store (running daemons turn
+    advisory until `slurmopt enable`), then releases slurmopt's holds on
+    managed jobs (admin holds and the plugin's marked holds).
+    """
+    from slurmopt.daemon.heartbeat import write_heartbeat
+    from slurmopt.daemon.switch import operator, set_switch
+    from slurmopt.store import Store
+
+    config = load_config(config_path, {"db": db})
+    store = Store.open(config.db)
+    try:
+        set_switch(store, True, operator())
+    finally:
+        store.close()
+    heartbeat_error = None
+    try:
+        write_heartbeat(config.heartbeat_path, False, managed_partitions=config.managed_partitions)
+    except OSError as exc:
+        heartbeat_error = f"cannot write heartbeat {config.heartbeat_path}: {exc}"
+    outcome = _release_all(ctx, config)
+    if as_json:
+        emit_json(
+            {
+                "disabled": True,
+                "heartbeat": config.heartbeat_path,
+                "heartbeat_error": heartbeat_error,
+                "released": outcome.released,
+                "failed": {str(k): v for k, v in outcome.failed.items()},
+            }
+        )
+    else:
+        click.echo(f"slurmopt disabled; heartbeat {config.heartbeat_path} says enforce=0")
+        ids = " ".join(str(j) for j in outcome.released) or "none"
+        click.echo(f"released {len(outcome.released)} held jobs: {ids}")
+        for job_id, why in outcome.failed.items():
+            click.echo(f"could not release job {job_id}: {why}")
+    if heartbeat_error is not None:
+        raise SlurmoptError(heartbeat_error)
+    if outcome.failed:
+        raise SlurmoptError(f"{len(outcome.failed)} held jobs could not be released")
+
+
+@click.command()
+@_config_option
+@_db_option
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def enable(config_path: str | None, db: str | None, as_json: bool) -> None:
+    """Undo `slurmopt disable`: daemons started with --enforce enforce again."""
+    from slurmopt.daemon.switch import operator, set_switch
+    from slurmopt.store import Store
+
+    config = load_config(config_path, {"db": db})
+    store = Store.open(config.db)
+    try:
+        set_switch(store, False, operator())
+    finally:
+        store.close()
+    if as_json:
+        emit_json({"disabled": False})
+    else:
+        click.echo("slurmopt enabled; enforcing daemons act again from their next cycle")
+
+
+__all__ = ["daemon", "disable", "enable"]

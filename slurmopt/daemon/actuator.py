@@ -1,0 +1,207 @@
+"""The actuator: carries out a plan's starts in Slurm, recording each one first.
+
+For each ``Start(job, nodes)`` of a managed job that slurmopt holds, in the
+same fresh snapshot the plan was made from:
+
+1. check the job is still pending under slurmopt's hold and recorded
+   ``waiting`` (never act on what the snapshot does not show);
+2. record ``waiting -> pinned`` with the nodes, under the key
+   ``job:submit:pin:attempt`` (attempt = pins recorded before), and commit;
+3. ``pin`` (``scontrol update JobId=N NodeList=...``), then ``release``.
+
+A crash after 2 leaves a ``pinned`` record of a job Slurm still holds; the
+reconciler withdraws that pin and the job is planned again under the next
+attempt's key, so no pin is made twice under one decision and none is lost.
+
+Jobs the plan leaves waiting get their admin comment set to the reason and
+expected start, only when that text changes.  Jobs slurmopt can never
+place (an unsupported request, too big for the partition) are handed back
+to Slurm: recorded as ``left_to_slurm`` first, then released, once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+from slurmopt.daemon.managed import holds_for_us
+from slurmopt.daemon.reconcile import LEFT_TO_SLURM, move, same_incarnation
+from slurmopt.errors import SlurmCommandError
+from slurmopt.model import ClusterSnapshot, Job
+from slurmopt.policy.plan import Plan, Reason, Start, Unplaced
+from slurmopt.slurm.base import SlurmClient
+from slurmopt.store import ManagedJob, ManagedJobState, Store
+
+log = logging.getLogger(__name__)
+
+#: Unplaced reasons for which slurmopt gives the job back to Slurm instead of holding it.
+HAND_BACK_REASONS = frozenset({Reason.UNSUPPORTED_REQUEST, Reason.TOO_BIG_FOR_PARTITION})
+
+#: Prefix of the admin comment slurmopt sets on the jobs it keeps waiting.
+COMMENT_PREFIX = "slurmopt: "
+
+
+def waiting_comment(unplaced: Unplaced) -> str:
+    """The admin comment for a waiting job: its reason and, if known, its expected start."""
+    text = f"{COMMENT_PREFIX}{unplaced.reason.value}"
+    if unplaced.expected_start is not None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M", time.localtime(unplaced.expected_start))
+        text += f", expected start {stamp}"
+    return text
+
+
+@dataclass
+class ActResult:
+    """What one pass of the actuator did."""
+
+    started: list[int] = field(default_factory=list)
+    handed_back: list[int] = field(default_factory=list)
+    commented: list[int] = field(default_factory=list)
+    skipped: dict[int, str] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
+
+
+class Actuator:
+    """Turns a plan into Slurm calls, each recorded before it is made."""
+
+    def __init__(
+        self,
+        store: Store,
+        client: SlurmClient,
+        managed_partitions: Collection[str] = (),
+    ) -> None:
+        self.store = store
+        self.client = client
+        self.managed_partitions = tuple(managed_partitions)
+        #: Admin comment last set per job, so an unchanged one is not set again.
+        self._comments: dict[int, str] = {}
+
+    def apply(
+        self,
+        plan: Plan,
+        snapshot: ClusterSnapshot,
+        records: dict[int, ManagedJob],
+        now: float,
+        skip: Collection[int] = (),
+        may_act: Callable[[], bool] = lambda: True,
+    ) -> ActResult:
+        """Carry out ``plan``; ``records`` are the live store records by job id."""
+        result = ActResult()
+        for action in plan.actions:
+            if not may_act():
+                result.skipped[action.job_id] = "no longer allowed to act"
+                continue
+            self._start(action, snapshot, records, now, skip, result)
+        for unplaced in plan.unplaced:
+            job = snapshot.jobs.get(unplaced.job_id)
+            record = records.get(unplaced.job_id)
+            if job is None or record is None or unplaced.job_id in skip:
+                continue
+            if not self._ours(job, record):
+                continue
+            if unplaced.reason in HAND_BACK_REASONS:
+                if may_act():
+                    self._hand_back(job, record, unplaced, now, result)
+                continue
+            self._comment(job.job_id, waiting_comment(unplaced), result)
+        for job_id in list(self._comments):
+            if job_id not in records:
+                del self._comments[job_id]
+        return result
+
+    def _ours(self, job: Job, record: ManagedJob) -> bool:
+        """Pending under our hold, recorded waiting, same submission, not handed back."""
+        return (
+            holds_for_us(job, self.managed_partitions)
+            and record.state is ManagedJobState.WAITING
+            and record.reason != LEFT_TO_SLURM
+            and same_incarnation(record, job)
+        )
+
+    def _start(
+        self,
+        action: Start,
+        snapshot: ClusterSnapshot,
+        records: dict[int, ManagedJob],
+        now: float,
+        skip: Collection[int],
+        result: ActResult,
+    ) -> None:
+        job_id = action.job_id
+        job = snapshot.jobs.get(job_id)
+        record = records.get(job_id)
+        why = None
+        if job_id in skip:
+            why = "changed by reconciliation this cycle"
+        elif job is None or record is None:
+            why = "not a job slurmopt holds"
+        elif not self._ours(job, record):
+            why = f"not waiting under slurmopt's hold (Slurm: {job.state} {job.reason or '-'})"
+        if why is not None or record is None:
+            result.skipped[job_id] = why or "no record"
+            log.info("job %d: start skipped: %s", job_id, why)
+            return
+        nodes = ",".join(action.nodes)
+        key = move(
+            self.store,
+            record,
+            ManagedJobState.PINNED,
+            "pin",
+            action.reason.value,
+            action.detail,
+            now,
+            nodes=action.nodes,
+        )
+        log.info("job %d: pin recorded (%s) -> %s [%s]", job_id, key, nodes, action.reason.value)
+        try:
+            self.client.pin(job_id, action.nodes)
+            self.client.release(job_id)
+        except SlurmCommandError as exc:
+            # The record says pinned; the reconciler sees what Slurm did and follows it.
+            result.failed[job_id] = str(exc)
+            log.warning("job %d: pin/release failed: %s", job_id, exc)
+            return
+        self._comments.pop(job_id, None)
+        result.started.append(job_id)
+        log.info("job %d: pinned to %s and released (%s)", job_id, nodes, action.reason.value)
+
+    def _hand_back(
+        self, job: Job, record: ManagedJob, unplaced: Unplaced, now: float, result: ActResult
+    ) -> None:
+        with self.store.begin() as session:
+            row = session.get(ManagedJob, job.job_id)
+            if row is None:
+                return
+            row.reason = LEFT_TO_SLURM
+            row.detail = f"{unplaced.reason.value}: {unplaced.detail}"[:1000]
+            row.updated_at = now
+        record.reason = LEFT_TO_SLURM
+        try:
+            self.client.release(job.job_id)
+        except SlurmCommandError as exc:
+            result.failed[job.job_id] = str(exc)
+            log.warning("job %d: release to Slurm failed: %s", job.job_id, exc)
+            return
+        result.handed_back.append(job.job_id)
+        log.info(
+            "job %d: left to Slurm and released (%s: %s)",
+            job.job_id,
+            unplaced.reason.value,
+            unplaced.detail,
+        )
+
+    def _comment(self, job_id: int, text: str, result: ActResult) -> None:
+        if self._comments.get(job_id) == text:
+            return
+        try:
+            self.client.set_comment(job_id, text, admin=True)
+        except SlurmCommandError as exc:
+            log.warning("job %d: cannot set admin comment: %s", job_id, exc)
+            return
+        self._comments[job_id] = text
+        result.commented.append(job_id)
+
+
+__all__ = ["COMMENT_PREFIX", "HAND_BACK_REASONS", "ActResult", "Actuator", "waiting_comment"]

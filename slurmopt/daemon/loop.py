@@ -1,0 +1,426 @@
+"""The daemon: every interval, read Slurm, plan, and (when enforcing) act.
+
+One cycle: check the kill switch and the lease, take a fresh, complete
+snapshot, reconcile the store with it, plan, record the plan and a
+fragmentation sample, act on the plan, rewrite the heartbeat, ping systemd.
+APScheduler's ``BlockingScheduler`` runs the cycle (one at a time; missed
+runs coalesce).  ``docs/daemon.md`` describes the rules.
+
+The daemon's mode, decided afresh each cycle::
+
+    STARTING --(first cycle)--> one of:
+      ADVISORY     not --enforce: plans are logged and stored, Slurm untouched
+      STANDBY      --enforce, but another daemon holds the lease: logs only
+      DISABLED     --enforce and lease held, but ``slurmopt disable`` is on: advisory
+      ENFORCING    --enforce, lease held, switch off, snapshot complete: acts
+      UNAVAILABLE  the snapshot failed: acts on nothing, heartbeat enforce=0,
+                   retries after an exponential back-off (capped), then any of the above
+    any mode --(SIGTERM/SIGINT: current cycle finishes)--> STOPPED
+                 (heartbeat enforce=0, lease released, systemd told STOPPING)
+
+The heartbeat says ``enforce=1`` only in ENFORCING, so the job-submit plugin
+holds new jobs only while a daemon is there to release them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from types import FrameType
+
+from slurmopt.config import Config
+from slurmopt.daemon import notify
+from slurmopt.daemon.actuator import ActResult, Actuator
+from slurmopt.daemon.heartbeat import write_heartbeat
+from slurmopt.daemon.managed import (
+    holds_for_us,
+    is_managed,
+    planning_priorities,
+)
+from slurmopt.daemon.reconcile import (
+    LEFT_TO_SLURM,
+    Reconciler,
+    ReconcileResult,
+    live_records,
+    same_incarnation,
+)
+from slurmopt.daemon.switch import read_switch
+from slurmopt.errors import SlurmoptError, SlurmResponseError, SlurmUnavailable
+from slurmopt.fabric import Fabric
+from slurmopt.model import ClusterSnapshot, Job
+from slurmopt.policy.fragmentation import fragmentation_report
+from slurmopt.policy.plan import Plan, Policy, plan
+from slurmopt.slurm.base import SlurmClient
+from slurmopt.store import ManagedJob, ManagedJobState, Store
+
+log = logging.getLogger(__name__)
+
+#: Name of the lease only the acting daemon holds.
+LEASE_NAME = "enforcer"
+#: Name of the daemon's row in the store's heartbeat table (its last cycle's outcome).
+BEAT_NAME = "daemon"
+#: Longest wait between attempts while Slurm is unreachable.
+BACKOFF_CAP_S = 30.0
+#: Shortest lease: long enough to outlast one slow cycle on a loaded controller.
+MIN_LEASE_TTL_S = 10.0
+
+FabricLoader = Callable[[SlurmClient, ClusterSnapshot], Fabric]
+
+
+class Mode(StrEnum):
+    """What the daemon did in its last cycle (see the module docstring)."""
+
+    STARTING = "starting"
+    ADVISORY = "advisory"
+    STANDBY = "standby"
+    DISABLED = "disabled"
+    ENFORCING = "enforcing"
+    UNAVAILABLE = "unavailable"
+    STOPPED = "stopped"
+
+
+@dataclass
+class CycleResult:
+    """One cycle's outcome, for logs, tests and ``--once``."""
+
+    mode: Mode
+    plan: Plan | None = None
+    plan_id: int | None = None
+    reconciled: ReconcileResult | None = None
+    acted: ActResult | None = None
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def default_holder() -> str:
+    """``host:pid``: names this process in the lease and the heartbeat."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def discover_fabric(config: Config) -> FabricLoader:
+    """The fabric loader the daemon uses: ``config.fabric``, else discovered from Slurm."""
+
+    def load(client: SlurmClient, snapshot: ClusterSnapshot) -> Fabric:
+        from slurmopt.fabric.discover import load_fabric
+
+        return load_fabric(
+            client=client, fabric_file=config.fabric or None, nodes=list(snapshot.nodes)
+        )
+
+    return load
+
+
+class Daemon:
+    """One slurmopt daemon: the cycle, its mode, the lease, back-off and shutdown.
+
+    ``clock`` gives wall-clock seconds (the simulator passes a virtual one);
+    ``fabric_loader`` builds the fabric from the first good snapshot.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        client: SlurmClient,
+        store: Store,
+        *,
+        holder: str | None = None,
+        clock: Callable[[], float] = time.time,
+        fabric_loader: FabricLoader | None = None,
+        backoff_cap_s: float = BACKOFF_CAP_S,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.store = store
+        self.holder = holder or default_holder()
+        self.clock = clock
+        self.fabric_loader = fabric_loader or discover_fabric(config)
+        self.backoff_cap_s = backoff_cap_s
+        self.lease_ttl_s = max(3 * config.interval_s, MIN_LEASE_TTL_S)
+        self.managed_partitions = tuple(config.managed_partitions)
+        self.policy = Policy(backfill_depth=config.backfill_depth)
+        self.fabric: Fabric | None = None
+        self.mode = Mode.STARTING
+        self.failures = 0
+        self.retry_at = 0.0
+        self.ready_sent = False
+        self.stopping = threading.Event()
+        self._cycle_lock = threading.Lock()
+        self._last_lines: dict[int, str] = {}
+        self.reconciler = Reconciler(
+            store,
+            client,
+            self.managed_partitions,
+            config.pin_timeout_s,
+            may_hold=self._may_act_now,
+        )
+        self.actuator = Actuator(store, client, self.managed_partitions)
+
+    # -- permission to act -------------------------------------------------------------------
+    def _disabled(self) -> bool:
+        return read_switch(self.store).disabled
+
+    def _may_act_now(self) -> bool:
+        """Still enforcing: not stopping, the switch is off, the lease is still ours."""
+        if self.stopping.is_set() or not self.config.enforce or self._disabled():
+            return False
+        return self.store.renew_lease(LEASE_NAME, self.holder, self.lease_ttl_s, self.clock())
+
+    # -- outputs -------------------------------------------------------------------------------
+    def write_heartbeat(self, enforce: bool, now: float) -> None:
+        """Rewrite the heartbeat file; a failure is logged (the plugin then fails open)."""
+        if enforce and self._disabled():
+            enforce = False
+        try:
+            write_heartbeat(
+                self.config.heartbeat_path,
+                enforce,
+                now=now,
+                holder=self.holder,
+                managed_partitions=self.managed_partitions,
+            )
+        except OSError as exc:
+            log.error("cannot write heartbeat %s: %s", self.config.heartbeat_path, exc)
+
+    def _beat(self, now: float, detail: str) -> None:
+        try:
+            self.store.beat(BEAT_NAME, self.holder, now, detail=detail[:1000])
+        except SlurmoptError as exc:
+            log.error("cannot record the daemon's state: %s", exc)
+
+    # -- the cycle -----------------------------------------------------------------------------
+    def cycle(self) -> CycleResult:
+        """One pass; never raises for Slurm being away (that is a mode), only for bugs."""
+        with self._cycle_lock:
+            if self.stopping.is_set():
+                return CycleResult(self.mode)
+            result = self._cycle()
+        self.mode = result.mode
+        notify.watchdog()
+        if result.mode is not Mode.UNAVAILABLE and not self.ready_sent:
+            self.ready_sent = notify.ready() or True
+        notify.status(f"{result.mode}: " + (result.error or "; ".join(result.notes) or "ok"))
+        return result
+
+    def _cycle(self) -> CycleResult:
+        now = self.clock()
+        if now < self.retry_at:
+            self.write_heartbeat(False, now)
+            return CycleResult(Mode.UNAVAILABLE, error=f"backing off until {self.retry_at:.0f}")
+        standby = False
+        if self.config.enforce:
+            if not self.store.acquire_lease(LEASE_NAME, self.holder, self.lease_ttl_s, now):
+                standby = True
+                lease = self.store.lease(LEASE_NAME)
+                who = f"{lease.holder} until {lease.expires_at:.0f}" if lease else "another daemon"
+                if self.mode is not Mode.STANDBY:
+                    log.info("standby: the enforcer lease is held by %s", who)
+                return CycleResult(Mode.STANDBY, notes=[f"lease held by {who}"])
+        disabled = self._disabled()
+        try:
+            snapshot = self.client.snapshot()
+            if self.fabric is None:
+                self.fabric = self.fabric_loader(self.client, snapshot)
+                log.info("fabric: %s", self.fabric.source or "unnamed")
+        except (SlurmUnavailable, SlurmResponseError) as exc:
+            return self._unavailable(now, exc)
+        if self.failures:
+            log.info("Slurm answers again after %d failed attempts; resuming", self.failures)
+            self.failures = 0
+            self.retry_at = 0.0
+        acting = self.config.enforce and not disabled and not standby
+        mode = (
+            Mode.ENFORCING if acting else (Mode.DISABLED if self.config.enforce else Mode.ADVISORY)
+        )
+        try:
+            return self._plan_and_act(snapshot, now, mode)
+        except (SlurmUnavailable, SlurmResponseError) as exc:
+            return self._unavailable(now, exc)
+
+    def _unavailable(self, now: float, exc: SlurmoptError) -> CycleResult:
+        self.failures += 1
+        delay = min(self.config.interval_s * 2 ** (self.failures - 1), self.backoff_cap_s)
+        self.retry_at = now + delay
+        detail = f"Slurm unavailable, acting on nothing: {exc}; retry in {delay:.0f} s"
+        log.warning("%s", detail)
+        self._beat(now, f"{Mode.UNAVAILABLE}: {detail}")
+        self.write_heartbeat(False, now)
+        return CycleResult(Mode.UNAVAILABLE, error=str(exc))
+
+    def _planned(
+        self, acting: bool, records: dict[int, ManagedJob], skip: set[int]
+    ) -> Callable[[Job], bool]:
+        parts = self.managed_partitions
+
+        def enforcing(job: Job) -> bool:
+            record = records.get(job.job_id)
+            return (
+                job.is_pending
+                and job.gpus_per_node > 0
+                and job.job_id not in skip
+                and holds_for_us(job, parts)
+                and record is not None
+                and record.state is ManagedJobState.WAITING
+                and record.reason != LEFT_TO_SLURM
+                and same_incarnation(record, job)
+            )
+
+        def advising(job: Job) -> bool:
+            return job.is_pending and job.gpus_per_node > 0 and is_managed(job, parts)
+
+        return enforcing if acting else advising
+
+    def _plan_and_act(self, snapshot: ClusterSnapshot, now: float, mode: Mode) -> CycleResult:
+        assert self.fabric is not None
+        acting = mode is Mode.ENFORCING
+        result = CycleResult(mode)
+        if acting:
+            result.reconciled = self.reconciler.run(snapshot, now)
+        records = {r.job_id: r for r in live_records(self.store)}
+        skip = result.reconciled.touched if result.reconciled else set()
+        managed = self._planned(acting, records, skip)
+        planned_jobs = [j for j in snapshot.jobs.values() if managed(j)]
+        priorities = planning_priorities(
+            planned_jobs, {i: r.priority_before_hold for i, r in records.items()}
+        )
+        started = time.perf_counter()
+        result.plan = plan(
+            snapshot, self.fabric, self.policy, now, managed=managed, priorities=priorities
+        )
+        duration = time.perf_counter() - started
+        result.plan_id = self.store.record_plan(result.plan, snapshot.taken_at, duration)
+        self.store.record_fragmentation(fragmentation_report(snapshot, self.fabric))
+        self._log_decisions(result.plan, mode)
+        if acting:
+            age = self.clock() - snapshot.taken_at
+            if age > max(2 * self.config.interval_s, 10.0):
+                result.notes.append(f"snapshot {age:.0f} s old by planning's end; not acting")
+                log.warning("snapshot is %.0f s old; acting on nothing this cycle", age)
+            elif not self._may_act_now():
+                result.mode = Mode.DISABLED
+                log.warning("lost the lease or disabled during the cycle; acting on nothing")
+            else:
+                result.acted = self.actuator.apply(
+                    result.plan, snapshot, records, now, skip, may_act=self._switch_off
+                )
+        starts = len(result.acted.started) if result.acted else 0
+        summary = (
+            f"{len(result.plan.actions)} starts planned, {starts} made, "
+            f"{len(result.plan.reservations)} reservations, {len(result.plan.unplaced)} waiting"
+        )
+        result.notes.append(summary)
+        self._beat(now, f"{result.mode}: {summary}")
+        self.write_heartbeat(result.mode is Mode.ENFORCING, now)
+        return result
+
+    def _switch_off(self) -> bool:
+        return not self.stopping.is_set() and not self._disabled()
+
+    def _log_decisions(self, result: Plan, mode: Mode) -> None:
+        """One line per decision, logged when it differs from the job's previous one."""
+        lines: dict[int, str] = {}
+        for action in result.actions:
+            lines[action.job_id] = (
+                f"start on {','.join(action.nodes)} [{action.reason.value}] {action.detail}"
+            )
+        for res in result.reservations:
+            lines[res.job_id] = (
+                f"reserve {','.join(res.nodes)} from {res.start_time:.0f} "
+                f"[{res.reason.value}] {res.detail}"
+            )
+        for un in result.unplaced:
+            if un.job_id not in lines:
+                lines[un.job_id] = f"wait [{un.reason.value}] {un.detail}"
+        for job_id, line in lines.items():
+            if self._last_lines.get(job_id) != line:
+                log.info("plan (%s): job %d: %s", mode, job_id, line.rstrip())
+        self._last_lines = lines
+
+    # -- running -------------------------------------------------------------------------------
+    def run_once(self) -> CycleResult:
+        """One cycle, then the clean stop; Slurm unreachable raises its error."""
+        try:
+            result = self.cycle()
+        finally:
+            self.shutdown(notify_systemd=False)
+        if result.mode is Mode.UNAVAILABLE and result.error:
+            raise SlurmUnavailable(result.error)
+        return result
+
+    def _tick(self) -> None:
+        try:
+            self.cycle()
+        except Exception:  # a bug must not stop the daemon; the next cycle tries again
+            log.exception("cycle failed")
+            self.write_heartbeat(False, self.clock())
+
+    def run_forever(self) -> None:
+        """Cycle every ``interval_s`` until SIGTERM or SIGINT, then stop cleanly."""
+        from apscheduler.schedulers.blocking import BlockingScheduler
+
+        scheduler = BlockingScheduler(timezone=UTC)
+        scheduler.add_job(
+            self._tick,
+            "interval",
+            seconds=self.config.interval_s,
+            next_run_time=datetime.now(UTC),
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,
+            id="cycle",
+        )
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            log.info("%s: finishing the current cycle, then stopping", signal.Signals(signum).name)
+            self.stopping.set()
+            scheduler.shutdown(wait=False)
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        mode = "enforce" if self.config.enforce else "advisory"
+        log.info(
+            "starting as %s (%s mode, every %g s, db %s)",
+            self.holder,
+            mode,
+            self.config.interval_s,
+            self.store.describe(),
+        )
+        try:
+            scheduler.start()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.shutdown()
+
+    def shutdown(self, notify_systemd: bool = True) -> None:
+        """Finish the cycle in flight, then heartbeat enforce=0 and give up the lease."""
+        if notify_systemd:
+            notify.stopping()
+        self.stopping.set()
+        with self._cycle_lock:
+            self.write_heartbeat(False, self.clock())
+            if self.config.enforce:
+                try:
+                    self.store.release_lease(LEASE_NAME, self.holder)
+                except SlurmoptError as exc:
+                    log.error("cannot release the lease: %s", exc)
+            self.mode = Mode.STOPPED
+        log.info("stopped")
+
+
+__all__ = [
+    "BACKOFF_CAP_S",
+    "BEAT_NAME",
+    "LEASE_NAME",
+    "CycleResult",
+    "Daemon",
+    "Mode",
+    "default_holder",
+    "discover_fabric",
+]

@@ -1,0 +1,331 @@
+"""Reconciliation: bring the store's record of each managed job in line with what Slurm shows.
+
+Runs at the start of every enforcing cycle (so also right after a restart or
+a crash), on the cycle's fresh, complete snapshot.  Slurm is the truth about
+what happened; the store is the truth about what slurmopt decided.  Rules,
+for each job the store records as live:
+
+* gone from Slurm, or its id now belongs to a newer job: pending ones
+  become ``cancelled``, started ones ``done`` (Slurm no longer says how it
+  ended);
+* ended in Slurm: ``done``, ``failed`` or ``cancelled`` as Slurm says;
+* running in Slurm: ``running``, whatever was recorded (``waiting`` too:
+  someone released it, Slurm started it, slurmopt follows);
+* pending, recorded ``running``: requeued by Slurm, back to ``waiting``;
+* pending and still under slurmopt's hold, recorded ``pinned``: the daemon
+  stopped between recording the pin and the Slurm calls (or someone held
+  it again).  The pin is withdrawn in the store (``pinned -> waiting``, its
+  own key) and the job is planned afresh in this same cycle, so a pin is
+  carried out under a new key at most once more and never twice under one;
+* pending, released, recorded ``pinned`` for longer than ``pin_timeout_s``:
+  Slurm started something else on its nodes.  ``pinned -> waiting`` is
+  recorded, then the job is held again, and planned next cycle;
+* pending, released, recorded ``waiting`` after such a time-out: the hold
+  was recorded but the daemon stopped before it was made; it is made now;
+* pending, released, recorded ``waiting`` otherwise: someone else released
+  it; slurmopt follows Slurm and leaves it alone until it starts.
+
+Then every managed pending job under an admin hold that the store does not
+know yet is registered as ``waiting``.  A job changed here is not acted on
+again in the same cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from slurmopt.daemon.managed import held_by_slurmopt, holds_for_us, is_user_held
+from slurmopt.errors import SlurmCommandError, SlurmoptError
+from slurmopt.model import ClusterSnapshot, Job, JobState
+from slurmopt.slurm.base import SlurmClient
+from slurmopt.store import (
+    FINAL_STATES,
+    JobTransition,
+    ManagedJob,
+    ManagedJobState,
+    Store,
+    idempotency_key,
+    register_job,
+    transition,
+)
+
+log = logging.getLogger(__name__)
+
+S = ManagedJobState
+
+#: Reason recorded when a pinned job did not start in time and is held again.
+PIN_TIMEOUT = "pin_timeout"
+#: Reason recorded when a recorded pin is found not carried out (job still held).
+PIN_NOT_APPLIED = "pin_not_applied"
+#: Reason the actuator records on a job it hands back to Slurm (slurmopt cannot place it).
+LEFT_TO_SLURM = "left_to_slurm"
+
+#: Slurm's end states and the final state each maps to.
+_ENDED: dict[JobState, ManagedJobState] = {
+    JobState.COMPLETED: S.DONE,
+    JobState.CANCELLED: S.CANCELLED,
+    JobState.FAILED: S.FAILED,
+    JobState.TIMEOUT: S.FAILED,
+    JobState.NODE_FAIL: S.FAILED,
+    JobState.PREEMPTED: S.FAILED,
+    JobState.BOOT_FAIL: S.FAILED,
+    JobState.DEADLINE: S.FAILED,
+    JobState.OUT_OF_MEMORY: S.FAILED,
+}
+
+#: Seconds two submit times may differ and still name the same job (the store keeps floats).
+SUBMIT_TOLERANCE_S = 1.0
+
+
+def same_incarnation(record: ManagedJob, job: Job) -> bool:
+    """The record and Slurm's job are the same submission (Slurm reuses job ids)."""
+    if job.submit_time is None:
+        return True
+    return abs(job.submit_time - record.slurm_submit_time) < SUBMIT_TOLERANCE_S
+
+
+def next_attempt(session: Session, job_id: int, submit_time: float, action: str) -> int:
+    """How many times ``action`` was already recorded for this job incarnation."""
+    prefix = idempotency_key(job_id, submit_time, action, 0).rsplit(":", 1)[0] + ":"
+    count = session.scalar(
+        select(func.count()).select_from(JobTransition).where(JobTransition.key.like(prefix + "%"))
+    )
+    return int(count or 0)
+
+
+def move(
+    store: Store,
+    record: ManagedJob,
+    to_state: ManagedJobState,
+    action: str,
+    reason: str,
+    detail: str,
+    now: float,
+    nodes: Collection[str] | None = None,
+) -> str:
+    """Record one transition under the next key for ``action``; committed on return."""
+    with store.begin() as session:
+        attempt = next_attempt(session, record.job_id, record.slurm_submit_time, action)
+        key = idempotency_key(record.job_id, record.slurm_submit_time, action, attempt)
+        transition(
+            session,
+            record.job_id,
+            to_state,
+            reason,
+            detail,
+            key,
+            nodes=list(nodes) if nodes is not None else None,
+            now=now,
+        )
+    record.state = to_state
+    record.reason = reason
+    record.updated_at = now
+    return key
+
+
+def live_records(store: Store) -> list[ManagedJob]:
+    """Every managed job the store records in a state that is not final."""
+    with store.begin() as session:
+        stmt = select(ManagedJob).where(ManagedJob.state.not_in(list(FINAL_STATES)))
+        return list(session.scalars(stmt.order_by(ManagedJob.job_id)))
+
+
+@dataclass
+class ReconcileResult:
+    """What one reconciliation changed: ``touched`` jobs are not acted on again this cycle."""
+
+    touched: set[int] = field(default_factory=set)
+    registered: list[int] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+
+class Reconciler:
+    """Applies the module's rules; holds through ``client`` only while ``may_hold()`` is true."""
+
+    def __init__(
+        self,
+        store: Store,
+        client: SlurmClient,
+        managed_partitions: Collection[str] = (),
+        pin_timeout_s: float = 300.0,
+        may_hold: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.store = store
+        self.client = client
+        self.managed_partitions = tuple(managed_partitions)
+        self.pin_timeout_s = pin_timeout_s
+        self.may_hold = may_hold
+
+    def run(self, snapshot: ClusterSnapshot, now: float) -> ReconcileResult:
+        """Reconcile every live record with ``snapshot``, then register new held jobs."""
+        result = ReconcileResult()
+        known: set[int] = set()
+        for record in live_records(self.store):
+            job = snapshot.jobs.get(record.job_id)
+            try:
+                self._one(record, job, now, result)
+            except SlurmCommandError as exc:
+                self._note(result, record.job_id, f"Slurm refused: {exc}", logging.WARNING)
+            if not record.state.is_final:
+                known.add(record.job_id)
+        for job in snapshot.jobs.values():
+            if job.job_id in known or not holds_for_us(job, self.managed_partitions):
+                continue
+            if job.gpus_per_node <= 0:
+                continue
+            self._register(job, now, result)
+        return result
+
+    # -- one record ------------------------------------------------------------------------
+    def _note(
+        self, result: ReconcileResult, job_id: int, text: str, level: int = logging.INFO
+    ) -> None:
+        line = f"job {job_id}: {text}"
+        result.lines.append(line)
+        log.log(level, "reconcile: %s", line)
+
+    def _move(
+        self,
+        result: ReconcileResult,
+        record: ManagedJob,
+        to_state: ManagedJobState,
+        action: str,
+        reason: str,
+        detail: str,
+        now: float,
+        nodes: Collection[str] | None = None,
+    ) -> None:
+        before = record.state
+        move(self.store, record, to_state, action, reason, detail, now, nodes)
+        result.touched.add(record.job_id)
+        self._note(result, record.job_id, f"{before} -> {to_state} ({reason}: {detail})")
+
+    def _one(
+        self, record: ManagedJob, job: Job | None, now: float, result: ReconcileResult
+    ) -> None:
+        state = record.state
+        if job is None or not same_incarnation(record, job):
+            gone = "no longer in Slurm" if job is None else "its id now names a newer job"
+            started = state not in (S.WAITING, S.PINNED)
+            to_state = S.DONE if started else S.CANCELLED
+            self._move(result, record, to_state, "end", "vanished", gone, now)
+            return
+        if job.state in _ENDED:
+            to_state = _ENDED[job.state]
+            self._move(
+                result,
+                record,
+                to_state,
+                "end",
+                "slurm_" + job.state.value.lower(),
+                job.reason or job.state.value,
+                now,
+            )
+            return
+        if job.is_active:
+            if state in (S.WAITING, S.PINNED):
+                planned = record.nodes or "-"
+                self._move(
+                    result,
+                    record,
+                    S.RUNNING,
+                    "run",
+                    "started",
+                    f"Slurm started it (planned {planned})",
+                    now,
+                    nodes=job.nodes,
+                )
+            return
+        if not job.is_pending:
+            return
+        if state is S.RUNNING:
+            self._move(result, record, S.WAITING, "requeued", "requeued", "Slurm requeued it", now)
+            return
+        if state is S.PINNED:
+            self._pinned_pending(record, job, now, result)
+        elif state is S.WAITING:
+            self._waiting_pending(record, job, result)
+
+    def _pinned_pending(
+        self, record: ManagedJob, job: Job, now: float, result: ReconcileResult
+    ) -> None:
+        if held_by_slurmopt(job):
+            self._move(
+                result,
+                record,
+                S.WAITING,
+                "unpin",
+                PIN_NOT_APPLIED,
+                f"recorded pin to {record.nodes} not carried out; planned again",
+                now,
+            )
+            # Planned again in this same cycle, from this same fresh snapshot.
+            result.touched.discard(record.job_id)
+            return
+        if is_user_held(job):
+            return
+        waited = now - record.updated_at
+        if waited <= self.pin_timeout_s:
+            return
+        if not self.may_hold():
+            return
+        self._move(
+            result,
+            record,
+            S.WAITING,
+            "unpin",
+            PIN_TIMEOUT,
+            f"not started {waited:.0f} s after the pin to {record.nodes}; held again",
+            now,
+        )
+        self.client.hold(job.job_id)
+        self._note(result, job.job_id, "held again for a new plan")
+
+    def _waiting_pending(self, record: ManagedJob, job: Job, result: ReconcileResult) -> None:
+        if job.held or record.reason != PIN_TIMEOUT:
+            return
+        if not self.may_hold():
+            return
+        # The hold after a pin time-out was recorded, but never made.
+        self.client.hold(job.job_id)
+        result.touched.add(job.job_id)
+        self._note(result, job.job_id, "recorded hold after a pin time-out was not made; held")
+
+    def _register(self, job: Job, now: float, result: ReconcileResult) -> None:
+        submit = job.submit_time if job.submit_time is not None else now
+        try:
+            with self.store.begin() as session:
+                register_job(
+                    session,
+                    job.job_id,
+                    submit,
+                    key=idempotency_key(job.job_id, submit, "register", 0),
+                    reason="held",
+                    detail=job.reason,
+                    priority_before_hold=None,
+                    now=now,
+                )
+        except SlurmoptError as exc:
+            self._note(result, job.job_id, f"not registered: {exc}", logging.WARNING)
+            return
+        result.registered.append(job.job_id)
+        result.touched.discard(job.job_id)  # a new submission: plannable at once
+        self._note(result, job.job_id, "new held job -> waiting")
+
+
+__all__ = [
+    "LEFT_TO_SLURM",
+    "PIN_NOT_APPLIED",
+    "PIN_TIMEOUT",
+    "ReconcileResult",
+    "Reconciler",
+    "live_records",
+    "move",
+    "next_attempt",
+    "same_incarnation",
+]

@@ -1,0 +1,129 @@
+"""The actuator: write before act, fresh-snapshot checks, comments without storms, hand-backs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from slurmopt.daemon.actuator import COMMENT_PREFIX, waiting_comment
+from slurmopt.daemon.loop import Daemon
+from slurmopt.daemon.reconcile import LEFT_TO_SLURM
+from slurmopt.model import JobState, Node
+from slurmopt.policy.plan import Reason, Unplaced
+from slurmopt.store import ManagedJob, ManagedJobState, Store
+from tests.unit.test_daemon_fakes import FakeSlurmClient, config, held_job, node, two_leaves
+
+
+class RecordCheckingFakeClient(FakeSlurmClient):
+    """A fake Slurm that, on every pin and release, reads what the store already says."""
+
+    def __init__(self, store: Store, nodes: Sequence[Node], jobs: Sequence[object]) -> None:
+        super().__init__(nodes, jobs)  # type: ignore[arg-type]
+        self.store = store
+        self.seen: list[tuple[str, ManagedJobState | None]] = []
+
+    def _recorded(self, job_id: int) -> ManagedJobState | None:
+        with self.store.begin() as session:
+            record = session.get(ManagedJob, job_id)
+            return None if record is None else record.state
+
+    def pin(self, job_id: int, nodes: Sequence[str]) -> None:
+        self.seen.append(("pin", self._recorded(job_id)))
+        super().pin(job_id, nodes)
+
+    def release(self, job_id: int) -> None:
+        self.seen.append(("release", self._recorded(job_id)))
+        super().release(job_id)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    store = Store.open(f"sqlite:///{tmp_path / 'd.db'}")
+    yield store
+    store.close()
+
+
+def _daemon(tmp_path: Path, store: Store, client: FakeSlurmClient) -> Daemon:
+    _, fabric = two_leaves()
+    return Daemon(
+        config(tmp_path),
+        client,
+        store,
+        holder="host:1",
+        clock=lambda: client.clock,
+        fabric_loader=lambda _c, _s: fabric,
+    )
+
+
+def test_pin_is_recorded_before_slurm_is_called_then_released(tmp_path: Path, store: Store) -> None:
+    nodes, _ = two_leaves()
+    client = RecordCheckingFakeClient(store, nodes, [held_job(7, nodes=3)])
+    _daemon(tmp_path, store, client).cycle()
+    assert client.seen == [("pin", ManagedJobState.PINNED), ("release", ManagedJobState.PINNED)]
+    pin = [c for c in client.calls if c[0] == "pin"][0]
+    assert pin[2] in (("a0", "a1", "a2"), ("b0", "b1", "b2"))  # one leaf
+    with store.begin() as session:
+        record = session.get(ManagedJob, 7)
+        assert record is not None and record.nodes is not None
+        assert record.reason == Reason.GANG_FEWEST_LEAVES.value
+
+
+def test_two_gpu_job_goes_onto_the_partly_used_node(tmp_path: Path, store: Store) -> None:
+    nodes = [node("a0"), node("a1", alloc=6), node("a2"), node("a3")]
+    nodes += [node(f"b{i}") for i in range(4)]
+    client = FakeSlurmClient(nodes, [held_job(7, gpus=2)])
+    _daemon(tmp_path, store, client).cycle()
+    assert ("pin", 7, ("a1",)) in client.calls
+
+
+def test_job_no_longer_held_in_the_snapshot_is_not_touched(tmp_path: Path, store: Store) -> None:
+    client = FakeSlurmClient(two_leaves()[0], [held_job(7)])
+    daemon = _daemon(tmp_path, store, client)
+    client.crash_on = "comment"  # no-op guard: nothing should comment either
+    client.jobs[7] = held_job(7, reason="JobHeldUser")
+    daemon.cycle()
+    assert client.calls == []
+
+
+def test_waiting_job_gets_its_reason_as_admin_comment_once(tmp_path: Path, store: Store) -> None:
+    nodes = [node(f"{leaf}{i}", alloc=8 if i == 0 else 0) for leaf in "ab" for i in range(4)]
+    client = FakeSlurmClient(nodes, [held_job(7, nodes=4)])  # no leaf has 4 free nodes
+    daemon = _daemon(tmp_path, store, client)
+    for _ in range(3):
+        daemon.cycle()
+    comments = [c for c in client.calls if c[0] == "comment"]
+    assert len(comments) == 1
+    assert comments[0][2].startswith(COMMENT_PREFIX)
+    assert client.count("pin", 7) == 0 and client.held_ids() == [7]
+
+
+def test_waiting_comment_text() -> None:
+    text = waiting_comment(Unplaced(1, Reason.WAITS_FOR_RESERVATION, "x", 1_800_000_000.0))
+    assert text.startswith("slurmopt: WAITS_FOR_RESERVATION, expected start 20")
+    assert waiting_comment(Unplaced(1, Reason.RESERVED)) == "slurmopt: RESERVED"
+
+
+def test_job_slurmopt_cannot_place_is_handed_back_to_slurm_once(
+    tmp_path: Path, store: Store
+) -> None:
+    client = FakeSlurmClient(two_leaves()[0], [held_job(7, het_job_id=7)])
+    daemon = _daemon(tmp_path, store, client)
+    daemon.cycle()
+    assert client.count("release", 7) == 1 and client.count("pin", 7) == 0
+    client.hold(7)  # an operator holds it again: that hold is theirs now
+    daemon.cycle()
+    daemon.cycle()
+    assert client.count("release", 7) == 1
+    with store.begin() as session:
+        record = session.get(ManagedJob, 7)
+        assert record is not None and record.reason == LEFT_TO_SLURM
+
+
+def test_finished_job_is_not_started(tmp_path: Path, store: Store) -> None:
+    client = FakeSlurmClient(two_leaves()[0], [held_job(7)])
+    daemon = _daemon(tmp_path, store, client)
+    client.end(7, JobState.CANCELLED)
+    daemon.cycle()
+    assert client.calls == []

@@ -1,0 +1,292 @@
+"""The job-submit plugin's decisions, run in a real Lua interpreter against fake Slurm objects.
+
+The fakes stand in for what slurmctld's job_submit/lua hands the script: a
+``slurm`` table with ``SUCCESS`` and the log functions, a job descriptor
+table, and a partition list keyed by name with ``flag_default``.  The
+integration tests run the same script inside the sandbox's slurmctld.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurmopt.daemon.heartbeat import write_heartbeat
+from slurmopt.plugin import read_source, render_plugin
+
+LUA = next((shutil.which(n) for n in ("lua5.1", "lua5.3", "lua") if shutil.which(n)), None)
+pytestmark = pytest.mark.skipif(LUA is None, reason="no Lua interpreter (apt-get install lua5.1)")
+
+NO_VAL = 4294967294
+MAX_AGE = 10
+
+DRIVER = r"""
+local logs = {}
+slurm = {
+    SUCCESS = 0, ERROR = -1,
+    log_info = function(...) logs[#logs + 1] = "info: " .. string.format(...) end,
+    log_error = function(...) logs[#logs + 1] = "error: " .. string.format(...) end,
+}
+dofile(SCRIPT)
+local fields = JOB
+local job = setmetatable({}, {
+    __index = function(_, k)
+        if k == EXPLODE_ON_READ then error("boom reading " .. k) end
+        return fields[k]
+    end,
+    __newindex = function(_, k, v)
+        if k == EXPLODE_ON_WRITE then error("boom writing " .. k) end
+        fields[k] = v
+    end,
+})
+local rc = slurm_job_submit(job, PARTS, 1000)
+print(rc)
+print(fields.priority)
+print(fields.comment == nil and "<nil>" or fields.comment)
+for _, line in ipairs(logs) do print(line) end
+"""
+
+
+def _lua_value(value: Any) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string of ASCII text is a valid Lua string
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, dict):
+        return (
+            "{" + ", ".join(f"[{json.dumps(k)}] = {_lua_value(v)}" for k, v in value.items()) + "}"
+        )
+    raise TypeError(value)
+
+
+class FakeController:
+    """Runs the rendered plugin once per job, as slurmctld's job_submit/lua would."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.heartbeat = tmp_path / "heartbeat"
+        self.script = tmp_path / "job_submit.lua"
+        self.script.write_text(render_plugin(read_source(), str(self.heartbeat), MAX_AGE))
+        self.driver = tmp_path / "driver.lua"
+        self.driver.write_text(DRIVER)
+
+    def submit(
+        self,
+        explode_on_read: str = "",
+        explode_on_write: str = "",
+        parts: dict[str, Any] | None = None,
+        **job: Any,
+    ) -> tuple[int, int, str | None, list[str]]:
+        fields = {"priority": NO_VAL, "het_job_offset": NO_VAL, **job}
+        if parts is None:
+            parts = {"gpu": {"flag_default": 1}, "cpu": {"flag_default": 0}}
+        prelude = (
+            f"SCRIPT = {json.dumps(str(self.script))}\n"
+            f"JOB = {_lua_value(fields)}\n"
+            f"PARTS = {_lua_value(parts)}\n"
+            f"EXPLODE_ON_READ = {json.dumps(explode_on_read)}\n"
+            f"EXPLODE_ON_WRITE = {json.dumps(explode_on_write)}\n"
+        )
+        assert LUA is not None
+        proc = subprocess.run(
+            [LUA, "-e", prelude, str(self.driver)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        rc, priority, comment, *logs = proc.stdout.splitlines()
+        return int(rc), int(float(priority)), None if comment == "<nil>" else comment, logs
+
+    def beat(self, enforce: bool = True, partitions: tuple[str, ...] = ("gpu",), age: float = 0):
+        write_heartbeat(
+            self.heartbeat, enforce, now=time.time() - age, managed_partitions=partitions
+        )
+
+
+@pytest.fixture
+def ctld(tmp_path: Path) -> FakeController:
+    return FakeController(tmp_path)
+
+
+GPU_JOB = {"partition": "gpu", "tres_per_node": "gres:gpu:1"}
+
+
+def test_managed_partition_gpu_job_is_held_and_tagged(ctld: FakeController) -> None:
+    ctld.beat()
+    rc, priority, comment, logs = ctld.submit(**GPU_JOB, comment="my run")
+    assert (rc, priority, comment) == (0, 0, "slurmopt:managed,held | my run")
+    assert len(logs) == 1 and logs[0].startswith("info: slurmopt: held job")
+
+
+def test_default_partition_counts_when_none_is_given(ctld: FakeController) -> None:
+    ctld.beat()
+    assert ctld.submit(tres_per_job="gres:gpu:2")[1:3] == (0, "slurmopt:managed,held")
+    ctld.beat(partitions=("cpu",))
+    assert ctld.submit(tres_per_job="gres:gpu:2")[1:3] == (NO_VAL, None)
+
+
+def test_any_listed_partition_counts_and_star_means_all(ctld: FakeController) -> None:
+    ctld.beat(partitions=("gpu",))
+    assert ctld.submit(partition="cpu,gpu", tres_per_node="gres:gpu:1")[1] == 0
+    ctld.beat(partitions=("*",))
+    assert ctld.submit(partition="other", tres_per_node="gres:gpu:1")[1] == 0
+
+
+def test_unmanaged_partition_untagged_job_passes(ctld: FakeController) -> None:
+    ctld.beat(partitions=("a100",))
+    assert ctld.submit(**GPU_JOB, comment="x")[:3] == (0, NO_VAL, "x")
+    ctld.beat(partitions=())
+    assert ctld.submit(**GPU_JOB)[:3] == (0, NO_VAL, None)
+
+
+def test_tagged_job_is_held_whatever_its_partition(ctld: FakeController) -> None:
+    ctld.beat(partitions=())
+    rc, priority, comment, _ = ctld.submit(
+        partition="cpu",
+        tres_per_task="gres:gpu:1",
+        comment="slurmopt:managed,preemptible,elastic=2:4 | keep | this",
+    )
+    assert priority == 0
+    assert comment == "slurmopt:managed,preemptible,elastic=2:4,held | keep | this"
+
+
+@pytest.mark.parametrize(
+    "gpu_fields",
+    [
+        {"tres_per_node": "gres:gpu:a100:2"},
+        {"tres_per_node": "gres:shard:1,gres:gpu"},
+        {"tres_per_job": "gres/gpu=4"},
+        {"tres_per_task": "gpu:1"},
+        {"tres_per_socket": "gres:gpu:1"},
+    ],
+)
+def test_gpu_requests_in_any_form_are_held(
+    ctld: FakeController, gpu_fields: dict[str, str]
+) -> None:
+    ctld.beat()
+    assert ctld.submit(partition="gpu", **gpu_fields)[1] == 0
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"tres_per_node": "gres:shard:2"},
+        {"tres_per_node": "gres:gpu:0"},
+        {"tres_per_node": "gres:gpudirect:1"},
+        {"tres_per_job": "license:matlab:1"},
+    ],
+)
+def test_jobs_without_gpus_pass(ctld: FakeController, fields: dict[str, str]) -> None:
+    ctld.beat()
+    assert ctld.submit(partition="gpu", comment="slurmopt:managed", **fields)[1:3] == (
+        NO_VAL,
+        "slurmopt:managed",
+    )
+
+
+def test_heterogeneous_job_components_pass(ctld: FakeController) -> None:
+    ctld.beat()
+    for offset in (0, 1):
+        assert ctld.submit(**GPU_JOB, het_job_offset=offset)[1:3] == (NO_VAL, None)
+
+
+def test_user_hold_stays_a_user_hold_and_a_forged_marker_is_dropped(
+    ctld: FakeController,
+) -> None:
+    ctld.beat()
+    rc, priority, comment, logs = ctld.submit(
+        **GPU_JOB, priority=0, comment="slurmopt:managed,held"
+    )
+    assert (rc, priority, comment) == (0, 0, "slurmopt:managed")
+    assert "user-held" in logs[0]
+
+
+def test_copied_marker_is_not_doubled(ctld: FakeController) -> None:
+    ctld.beat()
+    comment = ctld.submit(**GPU_JOB, comment="slurmopt:managed,held,preemptible | u")[2]
+    assert comment == "slurmopt:managed,preemptible,held | u"
+
+
+def test_malformed_tag_is_the_users_comment(ctld: FakeController) -> None:
+    ctld.beat()
+    comment = ctld.submit(**GPU_JOB, comment="slurmopt:bogus")[2]
+    assert comment == "slurmopt:managed,held | slurmopt:bogus"
+
+
+@pytest.mark.parametrize(
+    "heartbeat",
+    [
+        None,
+        "",
+        "garbage\n",
+        "version=1\ntime=notanumber\nenforce=1\n",
+        "version=2\ntime={now}\nenforce=1\npartitions=gpu\n",
+        "version=1\ntime={now}\nenforce=yes\npartitions=gpu\n",
+        "version=1\ntime={now}\nenforce=1\npid=x\npartitions=gpu\n",
+        "version=1\ntime={now}\nenforce=1\npartitions=gpu\nholder=\xe9\n",
+        "x" * 5000,
+    ],
+)
+def test_bad_heartbeat_fails_open(ctld: FakeController, heartbeat: str | None) -> None:
+    if heartbeat is not None:
+        ctld.heartbeat.write_bytes(
+            heartbeat.replace("{now}", str(int(time.time()))).encode("latin-1")
+        )
+    assert ctld.submit(**GPU_JOB)[:3] == (0, NO_VAL, None)
+
+
+def test_stale_or_future_or_observing_heartbeat_fails_open(ctld: FakeController) -> None:
+    for age in (MAX_AGE + 5, -(MAX_AGE + 5)):
+        ctld.beat(age=age)
+        assert ctld.submit(**GPU_JOB)[1] == NO_VAL
+    ctld.beat(enforce=False)
+    assert ctld.submit(**GPU_JOB)[1] == NO_VAL
+    ctld.beat(age=MAX_AGE - 3)
+    assert ctld.submit(**GPU_JOB)[1] == 0
+
+
+def test_heartbeat_with_comments_and_unknown_keys_is_read(ctld: FakeController) -> None:
+    ctld.heartbeat.write_text(
+        f"# by hand\n\nversion=1\ntime={int(time.time())}\nenforce=1\nfuture=x\n"
+        "partitions= gpu , ,a100\n"
+    )
+    assert ctld.submit(**GPU_JOB)[1] == 0
+
+
+def test_lua_error_while_reading_the_job_passes_it_through(ctld: FakeController) -> None:
+    ctld.beat()
+    rc, priority, comment, logs = ctld.submit(**GPU_JOB, explode_on_read="tres_per_node")
+    assert (rc, priority, comment) == (0, NO_VAL, None)
+    assert logs and logs[0].startswith("error: slurmopt: job_submit.lua error, job passed through")
+
+
+def test_failed_hold_restores_the_comment(ctld: FakeController) -> None:
+    ctld.beat()
+    rc, priority, comment, _ = ctld.submit(**GPU_JOB, comment="mine", explode_on_write="priority")
+    assert (rc, priority, comment) == (0, NO_VAL, "mine")
+
+
+def test_modify_passes_everything(ctld: FakeController) -> None:
+    assert LUA is not None
+    proc = subprocess.run(
+        [
+            LUA,
+            "-e",
+            f"slurm = {{SUCCESS = 0}}; dofile({json.dumps(str(ctld.script))}); "
+            "print(slurm_job_modify({}, {}, {}, 0))",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.stdout.strip() == "0", proc.stderr
