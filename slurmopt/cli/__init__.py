@@ -36,6 +36,7 @@ def _register() -> None:
     from slurmopt.cli.daemon import daemon, disable, enable
     from slurmopt.cli.explain import explain
     from slurmopt.cli.fragmentation import fragmentation
+    from slurmopt.cli.health import node_agent
     from slurmopt.cli.plugin import plugin
     from slurmopt.cli.simulate import simulate_cmd
     from slurmopt.cli.submit import submit
@@ -45,6 +46,7 @@ def _register() -> None:
     cli.add_command(fragmentation)
     cli.add_command(topology)
     cli.add_command(submit)
+    cli.add_command(node_agent)
     cli.add_command(daemon)
     cli.add_command(disable)
     cli.add_command(enable)

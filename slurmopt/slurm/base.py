@@ -16,7 +16,7 @@ from slurmopt.model import ClusterSnapshot
 
 @runtime_checkable
 class SlurmClient(Protocol):
-    """Read Slurm's state; hold, release, pin, signal, requeue, shrink and submit jobs."""
+    """Read Slurm's state; hold, release, pin, signal, requeue, shrink, submit; drain nodes."""
 
     #: Short name of the implementation ("cli", "rest", "pyslurm", "sim").
     name: str
@@ -47,4 +47,8 @@ class SlurmClient(Protocol):
 
     def submit(self, argv: Sequence[str], script: str | None = None) -> int:
         """Run sbatch with ``argv`` (and the script on stdin if given); return the job id."""
+        ...
+
+    def drain(self, node: str, reason: str) -> None:
+        """Drain one node with ``reason`` (``scontrol update NodeName= State=DRAIN Reason=``)."""
         ...

@@ -233,6 +233,9 @@ class CliSlurmClient:
             )
         return int(job)
 
+    def drain(self, node: str, reason: str) -> None:
+        self._write(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+
 
 class ScontrolWrites:
     """Writes (and topology) through a :class:`CliSlurmClient`, for read-only backends.
@@ -270,3 +273,6 @@ class ScontrolWrites:
 
     def submit(self, argv: Sequence[str], script: str | None = None) -> int:
         return self.cli.submit(argv, script)
+
+    def drain(self, node: str, reason: str) -> None:
+        self.cli.drain(node, reason)

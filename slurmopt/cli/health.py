@@ -1,0 +1,218 @@
+"""``slurmopt node-agent``: GPU health from NVML, and a capped drain through Slurm.
+
+Runs on compute nodes (as a systemd service, or once per Slurm
+``HealthCheckProgram`` call).  Without an NVIDIA driver it exits 69 with one
+line naming NVML and the cause.  See ``docs/health.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import threading
+from dataclasses import replace
+from types import FrameType
+from typing import Any
+
+import click
+
+from slurmopt.cli.common import emit_json, print_table
+from slurmopt.errors import UsageError
+
+#: Defaults of the cap, unless the config (``health_max_drain_*``) or an option says otherwise.
+DEFAULT_MAX_DRAIN_SHARE = 0.10
+DEFAULT_MAX_DRAIN_NODES = 4
+#: Agents started together (a rack booting) wait a random part of one interval, at most this.
+MAX_FIRST_DELAY_S = 300.0
+
+
+def _node_name(given: str | None) -> str:
+    """``--node``, else Slurm's name for this node (set for HealthCheckProgram), else hostname."""
+    if given:
+        return given
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def _connect(ctx: click.Context, config: Any) -> Any:
+    from slurmopt.slurm import connect
+
+    root = ctx.find_root()
+    source = root.get_parameter_source("backend")
+    backend = str(config.backend)
+    if source in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT):
+        backend = str((root.obj or {}).get("backend", backend))
+    if backend == "rest":
+        return connect("rest", url=config.rest_url or None)
+    return connect(backend)
+
+
+def _gpu_rows(result: Any) -> list[list[str]]:
+    rows: list[list[str]] = []
+    verdicts = {g.index: g for g in result.verdict.gpus}
+    for gpu in result.reading.gpus:
+        verdict = verdicts.get(gpu.index)
+        links = gpu.nvlinks
+        ecc = gpu.ecc
+        rows.append(
+            [
+                str(gpu.index),
+                gpu.name or "?",
+                "-" if gpu.temperature_c is None else str(gpu.temperature_c),
+                "-" if ecc is None or ecc.volatile_uncorrected is None
+                else str(ecc.volatile_uncorrected),
+                "-" if gpu.xids is None else (",".join(map(str, gpu.xids)) or "none"),
+                "-" if links is None else f"{sum(1 for lk in links if lk.active)}/{len(links)}",
+                "-" if gpu.pcie is None or gpu.pcie.width is None
+                else f"x{gpu.pcie.width}/x{gpu.pcie.max_width}",
+                "lost" if gpu.lost else (verdict.severity.value if verdict else "?"),
+                ", ".join(f.tag for f in verdict.findings) if verdict else "",
+            ]
+        )  # fmt: skip
+    return rows
+
+
+@click.command("node-agent")
+@click.option("--once", is_flag=True, help="Check once and exit (as HealthCheckProgram does).")
+@click.option(
+    "--interval",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds between checks when running continuously.",
+)
+@click.option("--dry-run", is_flag=True, help="Judge and report; never drain.")
+@click.option("--node", default=None, help="Slurm node name [default: $SLURMD_NODENAME or host].")
+@click.option("--json", "as_json", is_flag=True, help="Print readings, verdict and decision.")
+@click.option(
+    "--max-drain-share",
+    type=float,
+    default=None,
+    help=f"Most of the cluster slurmopt may hold drained (0-1) [default: "
+    f"{DEFAULT_MAX_DRAIN_SHARE:g}].",
+)
+@click.option(
+    "--max-drain-nodes",
+    type=int,
+    default=None,
+    help=f"Most nodes slurmopt may hold drained [default: {DEFAULT_MAX_DRAIN_NODES}].",
+)
+@click.option(
+    "--expected-gpus",
+    type=int,
+    default=None,
+    help="Drain when NVML sees fewer GPUs than this [default: no check].",
+)
+@click.option(
+    "--xid-wait-ms",
+    type=int,
+    default=100,
+    show_default=True,
+    help="How long each check waits for Xid events.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="slurmopt TOML config [default: $SLURMOPT_CONFIG, /etc/slurmopt/slurmopt.toml].",
+)
+@click.option("--fake-nvml", type=click.Path(dir_okay=False), default=None, hidden=True)
+@click.pass_context
+def node_agent(
+    ctx: click.Context,
+    once: bool,
+    interval: float,
+    dry_run: bool,
+    node: str | None,
+    as_json: bool,
+    max_drain_share: float | None,
+    max_drain_nodes: int | None,
+    expected_gpus: int | None,
+    xid_wait_ms: int,
+    config_path: str | None,
+    fake_nvml: str | None,
+) -> None:
+    """Check this node's GPUs through NVML; drain the node in Slurm when they fail.
+
+    \b
+    healthy   nothing to do
+    degraded  reported, node stays in service
+    drain     scontrol update NodeName=... State=DRAIN Reason="slurmopt: ..."
+              unless Slurm has it drained already, or slurmopt already holds
+              the cap (--max-drain-nodes / --max-drain-share) of nodes drained.
+    Each drain decision is also written to stderr as one JSON line.
+    """
+    from slurmopt.config import load_config
+    from slurmopt.health.agent import DrainCap, NodeAgent, describe
+    from slurmopt.health.nvml import FakeNvml, NvmlBackend, NvmlReader
+    from slurmopt.health.rules import HealthThresholds
+
+    if not interval > 0:
+        raise UsageError(f"--interval must be a positive number of seconds, got {interval:g}")
+    if xid_wait_ms < 0:
+        raise UsageError(f"--xid-wait-ms must be 0 or more, got {xid_wait_ms}")
+    if expected_gpus is not None and expected_gpus < 1:
+        raise UsageError(f"--expected-gpus must be 1 or more, got {expected_gpus}")
+    config = load_config(config_path)
+    thresholds = HealthThresholds.from_config(config)
+    if expected_gpus is not None:
+        thresholds = replace(thresholds, expected_gpus=expected_gpus)
+    share = max_drain_share
+    if share is None:
+        share = float(getattr(config, "health_max_drain_share", DEFAULT_MAX_DRAIN_SHARE))
+    nodes = max_drain_nodes
+    if nodes is None:
+        nodes = int(getattr(config, "health_max_drain_nodes", DEFAULT_MAX_DRAIN_NODES))
+    cap = DrainCap(max_nodes=nodes, max_share=share)
+
+    backend: NvmlBackend | None = None
+    if fake_nvml is not None:
+        try:
+            backend = FakeNvml.from_file(fake_nvml)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"--fake-nvml {fake_nvml}: {exc}") from None
+    reader = NvmlReader(backend, xid_wait_ms=xid_wait_ms)
+    agent = NodeAgent(
+        _node_name(node),
+        reader,
+        lambda: _connect(ctx, config),
+        thresholds=thresholds,
+        cap=cap,
+        dry_run=dry_run,
+    )
+    with reader:
+        if once:
+            result = agent.run_pass()
+            if as_json:
+                emit_json(result.as_dict())
+                return
+            print_table(
+                f"{agent.node}: driver {result.reading.driver_version or '?'}",
+                ["gpu", "name", "temp", "dbe", "xid", "nvlink", "pcie", "verdict", "findings"],
+                _gpu_rows(result),
+            )
+            for problem in result.reading.errors:
+                click.echo(f"{agent.node}: NVML: {problem}")
+            click.echo(describe(result.decision))
+            return
+
+        stop = threading.Event()
+
+        def _stop(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+
+        def _report(result: Any) -> None:
+            if as_json:
+                click.echo(json.dumps(result.as_dict(), default=str))
+            else:
+                click.echo(describe(result.decision))
+
+        first_delay = random.uniform(0.0, min(interval, MAX_FIRST_DELAY_S))
+        click.echo(f"{agent.node}: checking every {interval:g} s, first in {first_delay:.0f} s")
+        agent.run(interval, stop, on_pass=_report, first_delay_s=first_delay)

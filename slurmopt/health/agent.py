@@ -1,0 +1,342 @@
+"""The node agent: read this node's GPUs, judge them, and drain the node through Slurm, capped.
+
+The cap is what keeps a bad rule (or a bad driver release) from draining a
+whole cluster: before draining, the agent reads the live snapshot and counts
+nodes already drained with a ``slurmopt:`` reason; at the cap it reports and
+leaves the node in service.  :func:`decide_drains` is that decision, pure,
+for any number of candidate nodes.
+
+Every drain decision is printed and written as one JSON line to stderr (a
+compute node keeps no database): see :func:`decision_record`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any, TextIO
+
+from slurmopt.errors import SlurmError, UsageError
+from slurmopt.health.nvml import NodeReading, NvmlReader, plain
+from slurmopt.health.rules import HealthThresholds, NodeVerdict, Severity, judge_node
+from slurmopt.model import ClusterSnapshot, Node
+from slurmopt.slurm.base import SlurmClient
+
+#: Every drain reason slurmopt writes starts with this; only such drains count towards the cap.
+REASON_PREFIX = "slurmopt:"
+_DRAIN_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED"})
+
+
+@dataclass(frozen=True)
+class DrainCap:
+    """At most ``max_nodes`` nodes, and at most ``max_share`` of all nodes, drained by slurmopt.
+
+    The stricter limit wins.  The share rounds down but never below one node
+    while it is above zero, so a small cluster can still lose one bad node;
+    ``max_share=0`` or ``max_nodes=0`` turns draining off.
+    """
+
+    max_nodes: int = 4
+    max_share: float = 0.10
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_nodes, bool) or self.max_nodes < 0:
+            raise UsageError(f"max drained nodes must be 0 or more, got {self.max_nodes}")
+        if not (math.isfinite(self.max_share) and 0.0 <= self.max_share <= 1.0):
+            raise UsageError(f"max drained share must be from 0 to 1, got {self.max_share}")
+
+    def limit(self, total_nodes: int) -> int:
+        """How many slurmopt-drained nodes a cluster of ``total_nodes`` may have."""
+        if self.max_share <= 0 or self.max_nodes == 0 or total_nodes <= 0:
+            return 0
+        by_share = max(1, math.floor(self.max_share * total_nodes + 1e-9))
+        return min(self.max_nodes, by_share)
+
+
+class DrainAction(StrEnum):
+    """What the agent did (or, in a dry run, would do) about one node."""
+
+    NONE = "none"  # healthy
+    REPORT = "report"  # degraded: reported, left in service
+    DRAIN = "drain"  # drained now
+    WOULD_DRAIN = "would-drain"  # dry run: would have drained
+    CAPPED = "capped"  # should drain, but the cap is reached
+    ALREADY_DRAINED = "already-drained"  # Slurm already has the node drained
+    NOT_IN_SLURM = "not-in-slurm"  # no such node in the snapshot
+
+
+#: Actions that are drain decisions, recorded as JSON lines.
+DRAIN_DECISIONS = frozenset(
+    {
+        DrainAction.DRAIN,
+        DrainAction.WOULD_DRAIN,
+        DrainAction.CAPPED,
+        DrainAction.ALREADY_DRAINED,
+        DrainAction.NOT_IN_SLURM,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DrainDecision:
+    """One node's verdict and what to do about it, with the cap figures it was taken under."""
+
+    node: str
+    action: DrainAction
+    severity: Severity
+    reason: str
+    detail: str = ""
+    slurmopt_drained: int = 0
+    cap: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = plain(self)
+        return result
+
+
+def is_slurmopt_drain(node: Node) -> bool:
+    """The node is drained (or draining) with a reason slurmopt wrote."""
+    return bool(node.flags & _DRAIN_FLAGS) and node.reason.startswith(REASON_PREFIX)
+
+
+def is_drained(node: Node) -> bool:
+    """Slurm has the node drained or draining, for whatever reason."""
+    return bool(node.flags & _DRAIN_FLAGS)
+
+
+def decide_drains(
+    verdicts: Sequence[NodeVerdict],
+    snapshot: ClusterSnapshot | None,
+    cap: DrainCap,
+    dry_run: bool = False,
+) -> list[DrainDecision]:
+    """What to do about each node, in node-name order, never exceeding the cap.
+
+    Nodes Slurm already has drained are left alone (whoever drained them).
+    The count starts from the nodes the snapshot shows drained with a
+    ``slurmopt:`` reason and grows with each drain decided here, dry runs
+    included, so a dry run reports what a real run would do.  ``snapshot``
+    may be None only when no verdict is ``drain``.
+    """
+    decisions: list[DrainDecision] = []
+    drained: set[str] = set()
+    limit = 0
+    if snapshot is not None:
+        drained = {n.name for n in snapshot.nodes.values() if is_slurmopt_drain(n)}
+        limit = cap.limit(len(snapshot.nodes))
+    for verdict in sorted(verdicts, key=lambda v: v.node):
+        reason = verdict.slurm_reason()
+        detail = "; ".join(
+            f.detail if f.gpu is None else f"GPU {f.gpu}: {f.detail}"
+            for f in verdict.findings
+            if f.severity is verdict.severity
+        )
+        base = DrainDecision(verdict.node, DrainAction.NONE, verdict.severity, reason, detail)
+        if verdict.severity is Severity.HEALTHY:
+            decisions.append(base)
+            continue
+        if verdict.severity is Severity.DEGRADED:
+            decisions.append(replace(base, action=DrainAction.REPORT))
+            continue
+        if snapshot is None:
+            raise ValueError("a drain decision needs the live snapshot")
+        base = replace(base, slurmopt_drained=len(drained), cap=limit)
+        node = snapshot.nodes.get(verdict.node)
+        if node is None:
+            action = DrainAction.NOT_IN_SLURM
+        elif is_drained(node):
+            action = DrainAction.ALREADY_DRAINED
+        elif len(drained) >= limit:
+            action = DrainAction.CAPPED
+        else:
+            action = DrainAction.WOULD_DRAIN if dry_run else DrainAction.DRAIN
+            drained.add(verdict.node)
+        decisions.append(replace(base, action=action))
+    return decisions
+
+
+def decision_record(decision: DrainDecision, now: float, dry_run: bool) -> dict[str, Any]:
+    """The JSON line logged for one drain decision."""
+    return {
+        "time": round(now, 3),
+        "event": "node-agent.drain-decision",
+        "dry_run": dry_run,
+        **decision.as_dict(),
+    }
+
+
+def describe(decision: DrainDecision) -> str:
+    """One line for people: ``gpu001: drain: drained (slurmopt: gpu3:ecc-uncorrected)``."""
+    what = {
+        DrainAction.NONE: "healthy",
+        DrainAction.REPORT: f"degraded, left in service ({decision.reason})",
+        DrainAction.DRAIN: f"drained ({decision.reason})",
+        DrainAction.WOULD_DRAIN: f"would drain, dry run ({decision.reason})",
+        DrainAction.CAPPED: (
+            f"not drained: cap reached, {decision.slurmopt_drained} of {decision.cap} nodes "
+            f"already drained by slurmopt ({decision.reason})"
+        ),
+        DrainAction.ALREADY_DRAINED: f"already drained in Slurm ({decision.reason})",
+        DrainAction.NOT_IN_SLURM: f"not a Slurm node, not drained ({decision.reason})",
+    }[decision.action]
+    return f"{decision.node}: {decision.severity.value}: {what}"
+
+
+@dataclass(frozen=True, slots=True)
+class PassResult:
+    """One pass of the agent: what NVML said, the verdict, and the decision."""
+
+    reading: NodeReading
+    verdict: NodeVerdict
+    decision: DrainDecision
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.reading.node,
+            "severity": self.verdict.severity.value,
+            "decision": self.decision.as_dict(),
+            "verdict": self.verdict.as_dict(),
+            "reading": self.reading.as_dict(),
+        }
+
+
+class NodeAgent:
+    """Reads, judges and (capped) drains one node, once or every ``interval_s``.
+
+    Each pass goes through these steps, in order::
+
+        read NVML -> judge -> [healthy/degraded: report] -> done
+                          \\-> [drain] -> read Slurm snapshot -> decide under the cap
+                                      -> drain (unless dry run) -> record -> done
+
+    Slurm is read only when the verdict is ``drain``, so healthy nodes put no
+    load on slurmctld however often they check.  After the node is drained
+    (by this agent or already) the reader forgets the Xids it acted on; a
+    capped drain keeps them, so the next pass tries again.  A failure to
+    reach Slurm ends the pass with the error; ``run`` logs it and tries
+    again at the next interval.
+
+    The cap is checked against the snapshot read just before draining, so
+    agents on several nodes deciding within the same second can each see
+    room under it.  After each drain the agent reads Slurm again and logs a
+    ``node-agent.cap-exceeded`` line if that happened; ``run`` spreads the
+    agents' passes over the interval to make it rare.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        reader: NvmlReader,
+        client: Callable[[], SlurmClient],
+        thresholds: HealthThresholds | None = None,
+        cap: DrainCap | None = None,
+        dry_run: bool = False,
+        log: TextIO | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not node:
+            raise UsageError("node-agent needs a node name (--node NAME)")
+        self.node = node
+        self.reader = reader
+        self._client_factory = client
+        self._client: SlurmClient | None = None
+        self.thresholds = thresholds or HealthThresholds()
+        self.cap = cap or DrainCap()
+        self.dry_run = dry_run
+        self.log = log if log is not None else sys.stderr
+        self.clock = clock
+
+    @property
+    def client(self) -> SlurmClient:
+        if self._client is None:
+            self._client = self._client_factory()
+        return self._client
+
+    def record(self, entry: dict[str, Any]) -> None:
+        """Write one JSON line to the log (stderr by default)."""
+        self.log.write(json.dumps(entry, sort_keys=False, default=str) + "\n")
+        self.log.flush()
+
+    def run_pass(self) -> PassResult:
+        """One read-judge-decide-drain pass; Slurm errors propagate."""
+        reading = self.reader.read(self.node, now=self.clock())
+        verdict = judge_node(reading, self.thresholds)
+        snapshot = self.client.snapshot() if verdict.severity is Severity.DRAIN else None
+        (decision,) = decide_drains([verdict], snapshot, self.cap, dry_run=self.dry_run)
+        if decision.action is DrainAction.DRAIN:
+            self.client.drain(self.node, decision.reason)
+        if decision.action in DRAIN_DECISIONS:
+            self.record(decision_record(decision, self.clock(), self.dry_run))
+        if decision.action is DrainAction.DRAIN:
+            self._check_cap_after_drain()
+        if decision.action in (DrainAction.DRAIN, DrainAction.ALREADY_DRAINED):
+            self.reader.forget_xids()
+        return PassResult(reading, verdict, decision)
+
+    def _check_cap_after_drain(self) -> None:
+        """Re-read Slurm and log when agents that drained at the same moment overshot the cap."""
+        after = self.client.snapshot()
+        drained = sorted(n.name for n in after.nodes.values() if is_slurmopt_drain(n))
+        limit = self.cap.limit(len(after.nodes))
+        if len(drained) > limit:
+            self.record(
+                {
+                    "time": round(self.clock(), 3),
+                    "event": "node-agent.cap-exceeded",
+                    "node": self.node,
+                    "slurmopt_drained": len(drained),
+                    "cap": limit,
+                    "nodes": drained,
+                }
+            )
+
+    def run(
+        self,
+        interval_s: float,
+        stop: threading.Event,
+        on_pass: Callable[[PassResult], None] = lambda result: None,
+        first_delay_s: float = 0.0,
+    ) -> None:
+        """Pass after pass until ``stop`` is set; a failed pass is logged and retried.
+
+        ``first_delay_s`` (the CLI picks it at random within one interval)
+        spreads agents that started together, so they do not all read Slurm
+        and drain in the same second, when the cap could be overshot.
+        """
+        stop.wait(max(0.0, first_delay_s))
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                on_pass(self.run_pass())
+            except SlurmError as exc:
+                self.record(
+                    {
+                        "time": round(self.clock(), 3),
+                        "event": "node-agent.error",
+                        "node": self.node,
+                        "error": str(exc),
+                    }
+                )
+            stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
+
+
+__all__ = [
+    "DRAIN_DECISIONS",
+    "REASON_PREFIX",
+    "DrainAction",
+    "DrainCap",
+    "DrainDecision",
+    "NodeAgent",
+    "PassResult",
+    "decide_drains",
+    "decision_record",
+    "describe",
+    "is_drained",
+    "is_slurmopt_drain",
+]
