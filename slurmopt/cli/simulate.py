@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -9,11 +12,25 @@ import click
 
 from slurmopt.cli.common import emit_json, print_table
 from slurmopt.errors import UsageError
+from slurmopt.fabric import Fabric
 from slurmopt.sim import POLICIES, CommModel, read_trace, scale_load, simulate
 from slurmopt.sim.comm import DEFAULT_SHARES, parse_shares
 from slurmopt.sim.fabrics import SPEC_HELP, parse_fabric_spec
+from slurmopt.sim.fill import (
+    DEFAULT_MAX_ARRIVED,
+    FILL_POLICIES,
+    FillResult,
+    NodeSpec,
+    fill,
+    read_node_list,
+    read_pods,
+)
 from slurmopt.sim.schedulers import BF_INTERVAL_S, BF_MAX_JOB_TEST, BF_WINDOW_S
 from slurmopt.sim.traces import FORMATS
+
+DEFAULT_FABRIC = "fat-tree:128:16"
+#: Nodes per leaf of the fabric built over a --node-list.
+NODE_LIST_LEAF = 32
 
 #: Metrics printed in the table, in order, with their labels.
 _TABLE = (
@@ -65,15 +82,47 @@ def _fmt(value: Any) -> str:
     help="philly-sia, itp, tiresias, openb, sacct (-P text), sacct-json, or csv.",
 )
 @click.option(
-    "--fabric", "fabric_spec", default="fat-tree:128:16", show_default=True, help=SPEC_HELP + "."
+    "--mode",
+    type=click.Choice(["replay", "fill"]),
+    default="replay",
+    show_default=True,
+    help="replay: jobs arrive and end on a clock; fill: jobs arrive and never leave "
+    "(the FGD paper's allocation-vs-arrived-load experiment).",
+)
+@click.option(
+    "--fabric",
+    "fabric_spec",
+    help=SPEC_HELP + f" (default {DEFAULT_FABRIC}; in fill mode with --node-list, "
+    "fat-tree:NODES:32 over the listed nodes).",
 )
 @click.option(
     "--policy",
     "policies",
     multiple=True,
-    type=click.Choice(POLICIES),
-    help="A policy to run; repeat for several (default: all).",
+    type=click.Choice(sorted(set(POLICIES) | set(FILL_POLICIES))),
+    help="A policy to run; repeat for several (default: all of the mode's). "
+    "best-fit is fill mode only.",
 )
+@click.option(
+    "--node-list",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="fill: the cluster's nodes (sn,cpu_milli,memory_mib,gpu,model, openb's node list).",
+)
+@click.option(
+    "--seed",
+    "seeds",
+    type=int,
+    multiple=True,
+    help="fill: arrival-order seed; repeat for several (default 42).",
+)
+@click.option(
+    "--max-arrived",
+    type=click.FloatRange(min=0.01, max=10),
+    default=DEFAULT_MAX_ARRIVED,
+    show_default=True,
+    help="fill: stop when the GPUs asked for reach this share of capacity.",
+)
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG plot.")
 @click.option("--load", type=float, help="Scale inter-arrival times so offered load is this.")
 @click.option("--limit-jobs", type=click.IntRange(min=1), help="Only the first N jobs by submit.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
@@ -118,8 +167,13 @@ def _fmt(value: Any) -> str:
 def simulate_cmd(
     trace_path: Path,
     trace_format: str,
-    fabric_spec: str,
+    mode: str,
+    fabric_spec: str | None,
     policies: tuple[str, ...],
+    node_list: Path | None,
+    seeds: tuple[int, ...],
+    max_arrived: float,
+    plot: Path | None,
     load: float | None,
     limit_jobs: int | None,
     gpus_per_node: int,
@@ -141,6 +195,18 @@ def simulate_cmd(
     if load is not None and load <= 0:
         raise UsageError(f"--load must be positive, got {load}")
     comm = CommModel(penalty == "on", shares, level_penalty, leaf_penalty)
+    if mode == "fill":
+        _fill_mode(
+            trace_path, trace_format, fabric_spec, policies, node_list, seeds or (42,),
+            max_arrived, gpus_per_node, plot, as_json, series,
+        )  # fmt: skip
+        return
+    wrong = sorted(set(policies) - set(POLICIES))
+    if wrong:
+        raise UsageError(f"--policy {wrong[0]} runs in --mode fill only")
+    if node_list is not None:
+        raise UsageError("--node-list needs --mode fill")
+    fabric_spec = fabric_spec or DEFAULT_FABRIC
     fabric = parse_fabric_spec(fabric_spec)
     trace = read_trace(trace_path, trace_format, gpus_per_node, limit_jobs)
     if not trace.jobs:
@@ -151,12 +217,20 @@ def simulate_cmd(
     if load is not None:
         trace, factor = scale_load(trace, total_gpus, load)
     names = policies or POLICIES
-    results = {
-        name: simulate(
-            trace, fabric, name, comm, gpus_per_node, bf_max_job_test, bf_window * 60, bf_interval
-        )
-        for name in names
-    }
+    results = {}
+    for name in names:
+        with _progress(f"{name}") as progress:
+            results[name] = simulate(
+                trace, fabric, name, comm, gpus_per_node, bf_max_job_test, bf_window * 60,
+                bf_interval, progress,
+            )  # fmt: skip
+    if plot is not None:
+        from slurmopt.sim.plots import plot_over_time
+
+        title = f"{trace_path.name}: {len(trace.jobs)} jobs, {total_gpus} GPUs"
+        if load is not None:
+            title += f", load {load:g}"
+        plot_over_time({n: r.series for n, r in results.items()}, plot, title)
     header: dict[str, Any] = {
         "trace": {
             "path": str(trace_path),
@@ -201,3 +275,133 @@ def simulate_cmd(
         rows = [(label, _fmt(result.metrics.get(key))) for key, label in _TABLE]
         click.echo("")
         print_table(name, ["metric", "value"], rows, right_align=lambda col: col == "value")
+
+
+@contextlib.contextmanager
+def _progress(label: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on stderr when it is a terminal; None (no bar) otherwise."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(f"[bold]{label}", *columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            if done == total or done % 50 == 0:
+                bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def _fill_cluster(
+    fabric_spec: str | None, node_list: Path | None, gpus_per_node: int
+) -> tuple[Fabric, list[NodeSpec], str]:
+    """The fabric and its nodes' GPUs, CPU and memory for fill mode."""
+    if node_list is None:
+        spec = fabric_spec or DEFAULT_FABRIC
+        fabric = parse_fabric_spec(spec)
+        return fabric, [NodeSpec(gpus_per_node)] * len(fabric.compute_nodes), spec
+    specs = read_node_list(node_list)
+    spec = fabric_spec or f"fat-tree:{len(specs)}:{NODE_LIST_LEAF}"
+    fabric = parse_fabric_spec(spec)
+    if len(fabric.compute_nodes) != len(specs):
+        raise UsageError(
+            f"--fabric {spec} has {len(fabric.compute_nodes)} nodes, "
+            f"--node-list {node_list} {len(specs)}"
+        )
+    return fabric, specs, spec
+
+
+def _fill_mode(
+    trace_path: Path,
+    trace_format: str,
+    fabric_spec: str | None,
+    policies: tuple[str, ...],
+    node_list: Path | None,
+    seeds: tuple[int, ...],
+    max_arrived: float,
+    gpus_per_node: int,
+    plot: Path | None,
+    as_json: bool,
+    series: bool,
+) -> None:
+    """``--mode fill``: allocation against GPUs asked for, per policy and seed."""
+    wrong = sorted(set(policies) - set(FILL_POLICIES))
+    if wrong:
+        raise UsageError(f"--policy {wrong[0]} does not run in --mode fill")
+    fabric, specs, spec = _fill_cluster(fabric_spec, node_list, gpus_per_node)
+    widest = max(s.gpus for s in specs)
+    pods, notes = read_pods(trace_path, trace_format, min(gpus_per_node, widest))
+    if not any(p.gpus_per_node for p in pods):
+        raise UsageError(f"{trace_path}: no GPU jobs to simulate")
+    names = policies or FILL_POLICIES
+    runs: dict[str, list[FillResult]] = {}
+    for name in names:
+        runs[name] = []
+        for seed in seeds:
+            with _progress(f"{name} seed {seed}") as progress:
+                runs[name].append(fill(pods, fabric, specs, name, seed, max_arrived, progress))
+    total = sum(s.gpus for s in specs)
+    doc: dict[str, Any] = {
+        "mode": "fill",
+        "trace": {
+            "path": str(trace_path),
+            "format": trace_format,
+            "jobs": len(pods),
+            "notes": notes,
+        },
+        "fabric": {
+            "spec": spec,
+            "nodes": len(specs),
+            "gpus": total,
+            "leaves": len(fabric.leaves()),
+        },
+        "max_arrived_pct": round(max_arrived * 100),
+        "seeds": list(seeds),
+        "policies": {
+            name: {
+                "mean_gpu_allocation_pct": round(sum(r.allocation_at_max for r in rs) / len(rs), 2),
+                "runs": [r.to_json(series) for r in rs],
+            }
+            for name, rs in runs.items()
+        },
+    }
+    if plot is not None:
+        from slurmopt.sim.plots import plot_fill
+
+        curves = {name: _mean_curve([r.curve for r in rs]) for name, rs in runs.items()}
+        plot_fill(curves, plot, f"{trace_path.name} on {total} GPUs, {len(seeds)} seed(s)")
+    if as_json:
+        emit_json(doc)
+        return
+    click.echo(
+        f"fill: {trace_path} ({trace_format}), {len(pods)} tasks, drawn until "
+        f"{doc['max_arrived_pct']}% of {total} GPUs is asked for; fabric {spec}; "
+        f"seeds {', '.join(map(str, seeds))}"
+    )
+    for note in notes:
+        click.echo(f"note: {note}")
+    rows = [
+        (
+            name,
+            f"{entry['mean_gpu_allocation_pct']:.2f}",
+            _fmt(sum(r["rejected_gpu_pods"] for r in entry["runs"]) / len(entry["runs"])),
+        )
+        for name, entry in doc["policies"].items()
+    ]
+    click.echo("")
+    print_table(
+        f"GPU allocation at {doc['max_arrived_pct']}% asked for (mean over seeds)",
+        ["policy", "allocated %", "GPU tasks turned away"],
+        rows,
+        right_align=lambda col: col != "policy",
+    )
+
+
+def _mean_curve(curves: list[tuple[tuple[int, float], ...]]) -> list[tuple[int, float]]:
+    length = min(len(c) for c in curves)
+    return [(curves[0][i][0], sum(c[i][1] for c in curves) / len(curves)) for i in range(length)]

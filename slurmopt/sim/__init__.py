@@ -7,6 +7,8 @@ per policy; ``docs/simulator.md`` describes the model and its limits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from slurmopt.fabric import Fabric
 from slurmopt.sim.cluster import SimCluster, SimulationError
 from slurmopt.sim.comm import CommModel
@@ -31,11 +33,16 @@ def simulate(
     bf_max_job_test: int = BF_MAX_JOB_TEST,
     bf_window_s: float = BF_WINDOW_S,
     bf_interval_s: float = BF_INTERVAL_S,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
-    """Replay ``trace`` on ``fabric`` (every node ``gpus_per_node`` GPUs) under ``policy``."""
+    """Replay ``trace`` on ``fabric`` (every node ``gpus_per_node`` GPUs) under ``policy``.
+
+    ``progress(arrived, total)`` is called as jobs arrive (for a progress bar).
+    """
     scheduler = make_scheduler(policy, fabric, bf_max_job_test, bf_window_s, bf_interval_s)
     cluster = SimCluster(fabric, gpus_per_node)
-    return Simulation(trace, cluster, scheduler, comm or CommModel()).run()
+    sim = Simulation(trace, cluster, scheduler, comm or CommModel(), progress=progress)
+    return sim.run()
 
 
 __all__ = [

@@ -20,6 +20,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from slurmopt.policy.fragmentation import JobShape, fgd_unusable_share
@@ -56,6 +57,8 @@ class Simulation:
     scheduler: Scheduler
     comm: CommModel = field(default_factory=CommModel)
     samples: list[Sample] = field(default_factory=list)
+    #: Called as ``progress(arrived, total)`` after each instant with arrivals.
+    progress: Callable[[int, int], None] | None = None
 
     def run(self) -> SimResult:
         cluster = self.cluster
@@ -96,6 +99,8 @@ class Simulation:
                 cluster.submit(job)
                 outcomes[job.job_id] = JobOutcome(job)
                 arrived.append(job)
+            if arrived and self.progress is not None:
+                self.progress(arrival, len(jobs))
             tick = next_tick <= at
             if tick:
                 next_tick = math.inf
@@ -119,6 +124,7 @@ class Simulation:
                 run = outcome.job.duration_s * factor
                 outcome.start = at
                 outcome.leaves = leaves
+                outcome.nodes = nodes
                 outcome.stretch = factor
                 if run > outcome.job.time_limit_s:
                     run = float(outcome.job.time_limit_s)

@@ -35,6 +35,7 @@ class JobOutcome:
     start: float | None = None
     end: float | None = None
     leaves: int = 0
+    nodes: tuple[str, ...] = ()
     stretch: float = 1.0
     timed_out: bool = False
 

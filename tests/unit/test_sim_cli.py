@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from slurmopt.cli import cli, main
@@ -52,10 +53,15 @@ def test_load_option_scales_arrivals_and_is_echoed() -> None:
     )  # fmt: skip
     assert code == 0, out
     doc = json.loads(out)
-    assert doc["load"] == {"requested": 0.75, "native": 1.5, "offered": 0.75, "arrival_scale": 2.0}
-    # Arrivals 0, 200, 400 on one node, 100 s each: nobody waits.
+    assert doc["load"] == {
+        "requested": 0.75,
+        "native": 1.0,
+        "offered": 0.75,
+        "arrival_scale": 1.333333,
+    }
+    # Arrivals 0, 133, 267 on one node, 100 s each: nobody waits.
     assert doc["policies"]["slurm-fifo"]["avg_queue_delay_s"] == 0.0
-    assert doc["policies"]["slurm-fifo"]["makespan_s"] == 500.0
+    assert doc["policies"]["slurm-fifo"]["makespan_s"] == pytest.approx(366.7)
 
 
 def test_table_per_policy_names_the_gang_rule() -> None:
@@ -88,3 +94,22 @@ def test_bad_fabric_is_a_usage_error(capsys: object) -> None:
               "--fabric", "fat-tree:x:4"])  # fmt: skip
     assert exc.value.code == 2
     assert "bad fabric 'fat-tree:x:4'" in capsys.readouterr().err  # type: ignore[attr-defined]
+
+
+def test_plot_writes_a_png_of_each_policy(tmp_path: Path) -> None:
+    png = tmp_path / "run.png"
+    code, out = _simulate(
+        "--trace", str(TRACES / "philly.csv"), "--trace-format", "philly-sia",
+        "--fabric", "fat-tree:8:4", "--policy", "slurmopt", "--policy", "slurm-fifo",
+        "--json", "--plot", str(png),
+    )  # fmt: skip
+    assert code == 0, out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_best_fit_runs_in_fill_mode_only(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "--trace", str(TRACES / "load.csv"), "--trace-format", "csv",
+              "--policy", "best-fit"])  # fmt: skip
+    assert exc.value.code == 2
+    assert "best-fit runs in --mode fill only" in capsys.readouterr().err

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from slurmopt.fabric import leaf_spine
+from slurmopt.sim import CommModel, simulate
 from slurmopt.sim.traces import (
     TraceError,
     read_trace,
@@ -134,10 +136,51 @@ def test_time_limit_ladder() -> None:
 
 def test_load_scaling_stretches_inter_arrival_times() -> None:
     trace = read_trace(TRACES / "load.csv", "csv")
-    # 3 jobs x 8 GPUs x 100 s over 200 s on 8 GPUs: offered load 1.5.
-    assert trace.offered_load(8) == pytest.approx(1.5)
+    # Arrivals 0, 100, 200 of 8 GPUs x 100 s on 8 GPUs: over the window [0, 200] the first
+    # two run 100 s each and the last one none: offered load 1.0.
+    assert trace.offered_load(8) == pytest.approx(1.0)
     scaled, factor = scale_load(trace, 8, 0.75)
-    assert factor == pytest.approx(2.0)
-    assert [j.submit_s for j in scaled.jobs] == [0.0, 200.0, 400.0]
+    assert factor == pytest.approx(4 / 3)
+    assert [j.submit_s for j in scaled.jobs] == pytest.approx([0.0, 400 / 3, 800 / 3])
     assert [j.duration_s for j in scaled.jobs] == [100.0, 100.0, 100.0]
     assert scaled.offered_load(8) == pytest.approx(0.75)
+
+
+def _write(tmp_path: Path, rows: list[tuple[float, float, int]]) -> Path:
+    path = tmp_path / "t.csv"
+    lines = ["submit_s,duration_s,gpus"] + [f"{s},{d},{g}" for s, d, g in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_offered_load_counts_a_long_job_only_inside_the_arrival_window(tmp_path: Path) -> None:
+    # A 30-day job first, then 10 short jobs over 1,000 s on 8 GPUs: the long job asks for its
+    # 8 GPUs for the 1,000 s of the window, not for 30 days.
+    rows = [(0.0, 30 * 86400.0, 8)] + [(100.0 * i, 50.0, 8) for i in range(1, 11)]
+    trace = read_trace(_write(tmp_path, rows), "csv")
+    # (8 x 1000 + 9 x 8 x 50 + 0) / (8 x 1000): the last job arrives as the window closes.
+    assert trace.offered_load(8) == pytest.approx(1.45)
+
+
+@pytest.mark.parametrize("load", [0.8, 1.0, 1.2])
+def test_scaled_load_means_under_at_and_over_capacity(tmp_path: Path, load: float) -> None:
+    # 200 jobs of 8 GPUs x 100 s, one every 50 s, on one 8-GPU node (native load 2).
+    rows = [(50.0 * i, 100.0, 8) for i in range(200)]
+    trace = read_trace(_write(tmp_path, rows), "csv")
+    scaled, _ = scale_load(trace, 8, load)
+    result = simulate(scaled, leaf_spine(1, 1), "slurm-fifo", CommModel(enabled=False))
+    waits = result.metrics["avg_queue_delay_s"]
+    if load < 1:
+        assert waits == 0.0  # every job finds the node free
+        assert result.metrics["gpu_allocation_ratio"] == pytest.approx(load, abs=0.01)
+    elif load == 1:
+        assert waits == 0.0 and result.metrics["gpu_allocation_ratio"] > 0.99
+    else:
+        # The queue grows by 20% of a job per arrival: the last waits about 200 x 0.2 x 100 s.
+        assert waits > 1000 and result.metrics["gpu_allocation_ratio"] > 0.99
+
+
+def test_load_out_of_reach_is_a_trace_error() -> None:
+    trace = read_trace(TRACES / "load.csv", "csv")
+    with pytest.raises(TraceError, match="out of reach"):
+        scale_load(trace, 8, 50.0)
