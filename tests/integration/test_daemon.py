@@ -406,3 +406,30 @@ def test_disable_releases_every_held_job_and_slurm_runs_them_alone(
     daemon.wait_enforcing(30)
     assert daemon.stop() == 0
     assert not daemon.enforcing()
+
+
+def test_plain_sbatch_in_a_managed_partition_is_placed_then_runs_alone_once_the_daemon_stops(
+    slurm: SlurmSandbox, daemon: DaemonRun
+) -> None:
+    assert daemon.plugin, "the sandbox must run the job-submit plugin (scripts/slurm-sandbox up)"
+    daemon.config.write_text(daemon.config.read_text() + 'managed_partitions = ["gpu"]\n')
+    partly = slurm.sbatch("-w", "gpu020", "--gres=gpu:6", "-t", "5")
+    slurm.wait_state(partly, "RUNNING")
+    daemon.start()
+    daemon.wait_enforcing()
+
+    # Plain sbatch, no slurmopt anywhere in the submission: the plugin holds and tags it.
+    placed = slurm.sbatch("-p", "gpu", "--gres=gpu:2", "-t", "2")
+    assert _running(slurm, placed) == ["gpu020"]
+    assert "slurmopt:managed" in slurm.job_field(placed, "%k")
+    record = _started_record(daemon, placed)
+    assert record.nodes == "gpu020"
+    assert [t.to_state for t in daemon.transitions(placed)].count(ManagedJobState.PINNED) == 1
+
+    # The daemon goes away: its heartbeat says so, and the same job passes through untouched.
+    assert daemon.stop() == 0
+    assert not daemon.enforcing()
+    alone = slurm.sbatch("-p", "gpu", "--gres=gpu:2", "-t", "2")
+    slurm.wait_state(alone, "RUNNING", timeout=20)
+    assert "slurmopt:" not in slurm.job_field(alone, "%k")
+    assert daemon.record(alone) is None
