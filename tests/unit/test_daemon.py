@@ -267,3 +267,36 @@ def test_daemon_once_with_slurm_down_exits_69(
         main(["daemon", "--config", str(_cli_config(tmp_path)), "--db", db, "--once", "--enforce"])
     assert exc.value.code == 69
     assert "unreachable" in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_cycle_and_shutdown_speak_the_systemd_notify_protocol(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """READY once after the first good cycle, WATCHDOG every cycle, STOPPING on shutdown."""
+    import socket
+
+    path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.settimeout(2)
+    monkeypatch.setenv("NOTIFY_SOCKET", str(path))
+    try:
+        client = FakeSlurmClient(two_leaves()[0], [held_job(7)])
+        daemon = _daemon(tmp_path, store, client)
+        daemon.cycle()
+        daemon.cycle()
+        daemon.shutdown()
+        sock.setblocking(False)
+        messages = []
+        while True:
+            try:
+                messages.append(sock.recv(4096).decode())
+            except BlockingIOError:
+                break
+    finally:
+        sock.close()
+    lines = [line for m in messages for line in m.splitlines()]
+    assert lines.count("READY=1") == 1
+    assert lines.count("WATCHDOG=1") == 2
+    assert "STOPPING=1" in lines
+    assert lines.index("READY=1") > lines.index("WATCHDOG=1")  # ready only after a cycle ran
