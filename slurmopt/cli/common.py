@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from slurmopt.config import Config
+    from slurmopt.slurm.base import SlurmClient
 
 
 def emit_json(data: Any) -> None:
@@ -44,3 +48,24 @@ def print_table(
                 for i, (c, w) in enumerate(zip(r, widths, strict=True))
             ).rstrip()
         )
+
+
+def connect_for(ctx: click.Context, config: Config) -> SlurmClient:
+    """A Slurm client for a config-driven command.
+
+    ``slurmopt --backend`` wins when given on the command line or through its
+    environment variable; otherwise the configuration's ``backend`` (and its
+    ``rest_url``) decide, so a site's TOML file is honoured.
+    """
+    from slurmopt.slurm import connect
+
+    root = ctx.find_root()
+    backend = config.backend
+    if root.get_parameter_source("backend") in (
+        click.core.ParameterSource.COMMANDLINE,
+        click.core.ParameterSource.ENVIRONMENT,
+    ):
+        backend = str((root.obj or {}).get("backend", config.backend))
+    if backend == "rest" and config.rest_url:
+        return connect("rest", url=config.rest_url)
+    return connect(backend)

@@ -9,27 +9,13 @@ from typing import Any
 
 import click
 
-from slurmopt.cli.common import emit_json
+from slurmopt.cli.common import connect_for, emit_json
 from slurmopt.config import Config, load_config
 from slurmopt.errors import SlurmCommandError, SlurmoptError
 
 
-def _backend(ctx: click.Context, config: Config) -> str:
-    """The root ``--backend`` when given (or from its env var), else the configuration's."""
-    root = ctx.find_root()
-    source = root.get_parameter_source("backend")
-    if source in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT):
-        return str((root.obj or {}).get("backend", config.backend))
-    return config.backend
-
-
 def _connect(ctx: click.Context, config: Config) -> Any:
-    from slurmopt.slurm import connect
-
-    backend = _backend(ctx, config)
-    if backend == "rest":
-        return connect("rest", url=config.rest_url or None)
-    return connect(backend)
+    return connect_for(ctx, config)
 
 
 def _setup_logging(level: str) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from slurmopt.cli.common import emit_json
+from slurmopt.cli.common import connect_for, emit_json
 from slurmopt.errors import FabricError, SlurmError
 
 if TYPE_CHECKING:  # the store, SQLAlchemy and the fabric load only when a command needs them
@@ -72,26 +72,14 @@ def open_store_for_reading(url: str) -> Store:
     return store
 
 
-def _backend(ctx: click.Context, config: Config) -> str:
-    """``slurmopt --backend`` when given on the command line, else the config's ``backend``."""
-    root = ctx.find_root()
-    source = root.get_parameter_source("backend")
-    if source is click.core.ParameterSource.COMMANDLINE:
-        return str((root.obj or {}).get("backend", config.backend))
-    return config.backend
-
-
 def _read_slurm(
     ctx: click.Context, config: Config
 ) -> tuple[SlurmView, SlurmClient | None, ClusterSnapshot | None]:
     """Slurm's view of the cluster, or an unreachable view saying why; SlurmError never escapes."""
     from slurmopt.explain import SlurmView
-    from slurmopt.slurm import connect
 
-    backend = _backend(ctx, config)
-    options = {"url": config.rest_url} if backend == "rest" and config.rest_url else {}
     try:
-        client = connect(backend, **options)
+        client = connect_for(ctx, config)
         snapshot = client.snapshot()
     except SlurmError as exc:
         return SlurmView(False, str(exc), None), None, None
