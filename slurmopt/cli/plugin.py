@@ -10,9 +10,7 @@ installed script and the heartbeat.  The text work is in
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from slurmopt.cli.common import emit_json
 from slurmopt.config import load_config
 from slurmopt.daemon.heartbeat import read_heartbeat
 from slurmopt.errors import UsageError
+from slurmopt.fsutil import atomic_write
 from slurmopt.plugin import (
     SCRIPT_NAME,
     baked_settings,
@@ -52,27 +51,9 @@ def _read_text(path: Path, what: str) -> str | None:
         raise UsageError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
 
 
-def _atomic_write(path: Path, text: str, mode: int) -> None:
-    """Replace ``path`` with ``text``: temp file in the same directory, fsync, rename."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fchmod(fh.fileno(), mode)
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def _write_or_fail(path: Path, text: str, mode: int) -> None:
     try:
-        _atomic_write(path, text, mode)
+        atomic_write(path, text, mode, errors="surrogateescape")
     except OSError as exc:
         raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
 

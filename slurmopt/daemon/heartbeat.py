@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 import re
 import socket
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+
+from slurmopt.fsutil import atomic_write
 
 FORMAT_VERSION = 1
 #: Anything larger is not a heartbeat; the reader stops there.
@@ -100,26 +100,7 @@ def write_heartbeat(
     for name in beat.managed_partitions:
         if not _PARTITION_NAME.fullmatch(name):
             raise ValueError(f"bad partition name for the heartbeat: {name!r}")
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(beat.render())
-            fh.flush()
-            os.fchmod(fh.fileno(), 0o644)
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dir_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    atomic_write(path, beat.render(), 0o644, encoding="ascii")
     return beat
 
 
