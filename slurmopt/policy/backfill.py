@@ -32,6 +32,23 @@ class Timeline:
         #: Nodes carrying at least one reservation; only these need the interval test.
         self.reserved: set[str] = set()
         self._available: dict[str, dict[int, float]] = {}
+        #: Nodes whose event list this timeline may change in place (None: every node).
+        self._owned: set[str] | None = None
+
+    @classmethod
+    def shared(
+        cls, now: float, free: dict[str, int], events: dict[str, list[tuple[float, int]]]
+    ) -> Timeline:
+        """A timeline over ``free`` (taken over) and sorted ``events`` lists it never changes.
+
+        The event lists may be shared with the next pass's timeline, so a
+        list is copied before its first change here.
+        """
+        timeline = cls(now)
+        timeline.free = free
+        timeline.events = events
+        timeline._owned = set()
+        return timeline
 
     def add_node(self, node: str, free_now: int, releases: Iterable[tuple[float, int]]) -> None:
         """A node with ``free_now`` GPUs and the GPUs running jobs give back at each time."""
@@ -79,7 +96,14 @@ class Timeline:
         self._available.pop(node, None)
 
     def _add_event(self, node: str, at: float, delta: int) -> None:
-        bisect.insort(self.events.setdefault(node, []), (at, delta))
+        events = self.events.get(node)
+        if events is None:
+            events = self.events[node] = []
+        elif self._owned is not None and node not in self._owned:
+            events = self.events[node] = list(events)
+        if self._owned is not None:
+            self._owned.add(node)
+        bisect.insort(events, (at, delta))
 
     def occupy(self, node: str, gpus: int, end: float) -> None:
         """A job takes ``gpus`` now and gives them back at ``end`` (never, if inf)."""

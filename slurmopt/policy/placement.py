@@ -183,24 +183,30 @@ def fgd_increase(
     for s in range(1, top + 2):
         below[s] = below[s - 1] + (s - 1) * free_histogram.get(s - 1, 0)
 
-    def unusable(shape: JobShape, tot: int, fit_s: int, below_s: int) -> int:
-        return tot if fit_s < shape.nodes else below_s
-
-    base = {}
+    # Per shape, unpacked once (this runs for every single-node start): nodes, GPUs per
+    # node, fit and below at that size, weight, and the GPUs it cannot use as things stand.
+    terms = []
     for shape in shapes:
-        s = min(shape.gpus_per_node, top + 1)
-        base[shape] = unusable(shape, total, fit[s], below[s])
+        s = shape.gpus_per_node
+        si = min(s, top + 1)
+        base = total if fit[si] < shape.nodes else below[si]
+        terms.append((shape.nodes, s, fit[si], below[si], shape.weight, base))
+    after = total - gpus
     out: dict[int, float] = {}
     for f, n in free_histogram.items():
         if n <= 0 or f < gpus:
             continue
         g = f - gpus
         rise = 0.0
-        for shape in shapes:
-            s = shape.gpus_per_node
-            si = min(s, top + 1)
-            fit_s = fit[si] - (f >= s) + (g >= s)
-            below_s = below[si] - (f if f < s else 0) + (g if g < s else 0)
-            rise += shape.weight * (unusable(shape, total - gpus, fit_s, below_s) - base[shape])
+        for nodes, s, fit_s, below_s, weight, base in terms:
+            if f >= s:
+                fit_s -= 1
+            else:
+                below_s -= f
+            if g >= s:
+                fit_s += 1
+            else:
+                below_s += g
+            rise += weight * ((after if fit_s < nodes else below_s) - base)
         out[f] = rise
     return out

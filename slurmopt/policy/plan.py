@@ -7,7 +7,8 @@ either starts now (a :class:`Start` with the rule that chose its nodes),
 gets a backfill :class:`Reservation` at the earliest time its nodes free
 up, or stays :class:`Unplaced` with the cause.  A lower-priority job
 starts only where it delays no reservation.  ``docs/planner.md`` has the
-rules and tie-breaks.
+rules and tie-breaks.  A :class:`PlannerCache` passed to consecutive passes
+lets each pass redo only what changed since the last, with the same plan.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, ClassVar
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job, Node, Partition
 from slurmopt.policy.backfill import INFINITY, Timeline
-from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution, queue_distribution
+from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution
 from slurmopt.policy.placement import Constraint, choose_leaves, fgd_increase, parse_constraint
 
 PLAN_SCHEMA_VERSION = 1
@@ -205,6 +206,384 @@ def _not_eligible(job: Job, now: float) -> str | None:
     return None
 
 
+# -- what passes share -----------------------------------------------------------------------------
+#: A running job's hold on one node: (ends at, GPUs it gives back, runs exclusive).
+_Hold = tuple[float, int, bool]
+
+
+def _running_end(job: Job) -> float:
+    """When a running job gives its GPUs back: start plus time limit (inf if unlimited)."""
+    if job.time_limit_s is None:
+        return INFINITY
+    if job.start_time is not None:
+        return job.start_time + job.time_limit_s
+    return job.end_time if job.end_time is not None else INFINITY
+
+
+def _queue_shape(job: Job) -> tuple[int, int] | None:
+    """The job's (nodes, GPUs per node) in the queue's job-size distribution, or None.
+
+    The same rule as :func:`slurmopt.policy.fragmentation.queue_distribution`
+    (pending or running GPU jobs), one job at a time so counts can be kept up
+    to date as jobs come and go.
+    """
+    if not (job.is_pending or job.is_active):
+        return None
+    per_node = job.gpus_per_node
+    if per_node <= 0:
+        per_node = max((len(v) for v in job.gpu_indices.values()), default=0)
+        if per_node <= 0:
+            return None
+    return (max(job.node_count, len(job.nodes), 1), per_node)
+
+
+@dataclass
+class _Layout:
+    """One partition's nodes as far as they depend on the node set and the fabric alone.
+
+    ``usable``: in-service nodes in partition order, each with its leaf;
+    ``exists_ge[g]`` / ``capable_ge[g]``: nodes (in service) with at least ``g``
+    GPUs; ``leaf_capable_ge[g]``: the most such in-service nodes under one leaf.
+    """
+
+    nodes: tuple[str, ...]
+    epoch: int
+    usable: list[tuple[str, str | None]]
+    leaf_nodes: dict[str, list[str]]
+    avail_groups: dict[str, list[str]]
+    members: frozenset[str]
+    exists_ge: list[int]
+    capable_ge: list[int]
+    leaf_capable_ge: list[int]
+    max_gpus: int
+    #: The free-GPU indexes of a pool (see :class:`_Pool`) as a pass starts; buckets are
+    #: kept sorted (a sorted list is a heap).  ``free`` and ``entry``: what each node counts as.
+    count_ge: dict[str, list[int]] = field(default_factory=dict)
+    histogram: Counter[int] = field(default_factory=Counter)
+    buckets: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)
+    free: dict[str, int] = field(default_factory=dict)
+    entry: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+
+    def count(self, name: str, leaf: str | None, node: Node, free: int) -> None:
+        """Move one usable node to ``free`` free GPUs in the pass-start indexes."""
+        old = self.free.get(name, 0)
+        if leaf is not None and old != free:
+            counts = self.count_ge[leaf]
+            for g in range(min(old, free) + 1, max(old, free) + 1):
+                counts[g] += 1 if free > old else -1
+        if old > 0:
+            self.histogram[old] -= 1
+            if not self.histogram[old]:
+                del self.histogram[old]
+            bucket = self.buckets[old]
+            del bucket[bisect.bisect_left(bucket, self.entry.pop(name))]
+            if not bucket:
+                del self.buckets[old]
+        self.free[name] = free
+        if free > 0:
+            self.histogram[free] += 1
+            entry = self.entry[name] = _bucket_entry(node, free)
+            bisect.insort(self.buckets.setdefault(free, []), entry)
+
+
+def _bucket_entry(node: Node, free: int) -> tuple[int, int, str]:
+    """Best-fit order within one free count: partly used nodes first, then weight, name."""
+    return (1 if free >= node.gpus_total else 0, node.weight, node.name)
+
+
+def _at_least(counts: list[int]) -> list[int]:
+    """Turn "how many have exactly g" into "how many have at least g", in place."""
+    for g in range(len(counts) - 2, -1, -1):
+        counts[g] += counts[g + 1]
+    return counts
+
+
+class PlannerCache:
+    """What consecutive :func:`plan` passes share, so a pass redoes only what changed.
+
+    Everything held is derived from the passes' own inputs: leaf and group
+    lookups of the fabric, each partition's node layout and capability
+    indexes, each node's free GPUs and release times, the queue's job-size
+    counts and its pending jobs.  Each pass first compares its snapshot with
+    the previous one (node and job objects by identity, then by value) and
+    recomputes only the nodes and jobs that differ, so a plan made with a
+    cache is exactly the plan made without one.  Without a cache,
+    :func:`plan` builds a throwaway one.
+
+    States: EMPTY until the first pass; then BOUND to that pass's fabric.  A
+    pass on the same fabric object stays BOUND and refreshes from the
+    differences; a pass on another fabric object drops everything and binds
+    to it (fabrics are taken as immutable once built, as their own cached
+    lookups already assume).  A refresh that fails part-way drops everything
+    (back to EMPTY) before the error propagates, so no later pass sees half
+    an update.  Not for concurrent use: one cache per planning loop.
+    """
+
+    def __init__(self) -> None:
+        self._reset(None)
+
+    def _reset(self, fabric: Fabric | None) -> None:
+        self._fabric = fabric
+        self.leaf_of: dict[str, str | None] = {}
+        self.group_of: dict[str, str] = {}
+        self._nodes: dict[str, Node] = {}
+        self._node_sig: dict[str, tuple[int, bool]] = {}
+        self._available_by_state: dict[tuple[str, frozenset[str]], bool] = {}
+        #: Bumped whenever a node comes, goes, or changes its GPU count or service state.
+        self._epoch = 0
+        self._layouts: dict[str, _Layout] = {}
+        self._jobs: dict[int, Job] = {}
+        self._pending: dict[int, Job] = {}
+        self._shape_of: dict[int, tuple[int, int]] = {}
+        self._shape_counts: Counter[tuple[int, int]] = Counter()
+        self._shapes: tuple[JobShape, ...] | None = ()
+        self._holds: dict[str, dict[int, list[_Hold]]] = {}
+        self._dirty: set[str] = set()
+        #: Free GPUs at the start of a pass, and release events (times not yet clipped to now).
+        self._free: dict[str, int] = {}
+        self._events: dict[str, list[tuple[float, int]]] = {}
+
+    # -- refresh -----------------------------------------------------------------------------
+    def refresh(self, snapshot: ClusterSnapshot, fabric: Fabric) -> None:
+        """Bring everything up to date with ``snapshot`` on ``fabric``."""
+        if fabric is not self._fabric:
+            self._reset(fabric)
+        try:
+            self._refresh_nodes(snapshot.nodes)
+            self._refresh_jobs(snapshot.jobs)
+            for name in self._dirty:
+                self._settle_node(name)
+            self._dirty.clear()
+        except BaseException:
+            self._reset(None)
+            raise
+
+    def _available(self, node: Node) -> bool:
+        key = (node.state, node.flags)
+        known = self._available_by_state.get(key)
+        if known is None:
+            known = self._available_by_state[key] = node.available
+        return known
+
+    def _refresh_nodes(self, nodes: Mapping[str, Node]) -> None:
+        seen = self._nodes
+        changed = [name for name, node in nodes.items() if seen.get(name) is not node]
+        for name in changed:
+            node = nodes[name]
+            old = seen.get(name)
+            seen[name] = node
+            if old is not None and old == node:
+                continue
+            signature = (node.gpus_total, self._available(node))
+            if self._node_sig.get(name) != signature:
+                self._node_sig[name] = signature
+                self._epoch += 1
+            self._dirty.add(name)
+        if len(seen) > len(nodes):
+            for name in [n for n in seen if n not in nodes]:
+                del seen[name]
+                del self._node_sig[name]
+                self._dirty.add(name)
+            self._epoch += 1
+
+    def _refresh_jobs(self, jobs: Mapping[int, Job]) -> None:
+        seen = self._jobs
+        changed = [job_id for job_id, job in jobs.items() if seen.get(job_id) is not job]
+        for job_id in changed:
+            job = jobs[job_id]
+            old = seen.get(job_id)
+            if old is not None:
+                if old == job:
+                    seen[job_id] = job
+                    if job_id in self._pending:
+                        self._pending[job_id] = job
+                    continue
+                self._forget_job(job_id)
+            self._add_job(job_id, job)
+        if len(seen) > len(jobs):
+            for job_id in [j for j in seen if j not in jobs]:
+                self._forget_job(job_id)
+
+    def _add_job(self, job_id: int, job: Job) -> None:
+        self._jobs[job_id] = job
+        if job.is_pending:
+            self._pending[job_id] = job
+        shape = _queue_shape(job)
+        if shape is not None:
+            self._shape_of[job_id] = shape
+            self._shape_counts[shape] += 1
+            self._shapes = None
+        if job.is_active:
+            end = _running_end(job)
+            for name in job.nodes:
+                indices = job.gpu_indices.get(name)
+                gpus = len(indices) if indices else job.gpus_per_node
+                self._holds.setdefault(name, {}).setdefault(job_id, []).append(
+                    (end, gpus, job.exclusive)
+                )
+                self._dirty.add(name)
+
+    def _forget_job(self, job_id: int) -> None:
+        job = self._jobs.pop(job_id)
+        self._pending.pop(job_id, None)
+        shape = self._shape_of.pop(job_id, None)
+        if shape is not None:
+            self._shape_counts[shape] -= 1
+            if not self._shape_counts[shape]:
+                del self._shape_counts[shape]
+            self._shapes = None
+        if job.is_active:
+            for name in job.nodes:
+                holds = self._holds.get(name)
+                if holds is not None and holds.pop(job_id, None) is not None and not holds:
+                    del self._holds[name]
+                self._dirty.add(name)
+
+    def _settle_node(self, name: str) -> None:
+        """Free GPUs now and when running jobs give theirs back, for one node.
+
+        Slurm's own free count wins over the jobs (a node may hold GPUs no
+        listed job accounts for); releases are capped at what is held.
+        """
+        node = self._nodes.get(name)
+        if node is None:
+            self._free.pop(name, None)
+            self._events.pop(name, None)
+            return
+        total = node.gpus_total
+        exclusive = False
+        releases: list[tuple[float, int]] = []
+        for holds in self._holds.get(name, {}).values():
+            for end, gpus, whole in holds:
+                if whole:
+                    exclusive = True
+                    gpus = total
+                releases.append((end, gpus))
+        available = self._available(node)
+        free = node.gpus_free if available and not exclusive else 0
+        self._free[name] = free
+        for layout in self._layouts.values():
+            if layout.epoch == self._epoch and name in layout.members:
+                layout.count(name, self.leaf_of[name], node, free)
+        events: list[tuple[float, int]] = []
+        if available and releases:
+            held = total - free
+            for end, gpus in sorted(releases):
+                give = min(gpus, held)
+                if give > 0:
+                    if end < INFINITY:
+                        events.append((end, give))
+                    held -= give
+            events.sort()
+        if events:
+            self._events[name] = events
+        else:
+            self._events.pop(name, None)
+
+    # -- what a pass reads -------------------------------------------------------------------
+    def pending_jobs(self) -> list[Job]:
+        """The snapshot's pending jobs, in no particular order."""
+        return list(self._pending.values())
+
+    def queue_shapes(self) -> tuple[JobShape, ...]:
+        """The queue's job-size distribution, as ``queue_distribution`` gives it."""
+        if self._shapes is None:
+            self._shapes = tuple(
+                JobShape(n, d, float(c)) for (n, d), c in sorted(self._shape_counts.items())
+            )
+        return self._shapes
+
+    def timeline(self, now: float) -> Timeline:
+        """A fresh timeline at ``now``; it copies an event list before changing it."""
+        events = dict(self._events)
+        for name, changes in events.items():
+            if changes[0][0] < now:  # overdue jobs give their GPUs back from now on
+                events[name] = sorted((max(t, now), g) for t, g in changes)
+        return Timeline.shared(now, dict(self._free), events)
+
+    def leaf(self, node: str) -> str | None:
+        if node not in self.leaf_of:
+            assert self._fabric is not None
+            self.leaf_of[node] = self._fabric.leaf_of(node)
+        return self.leaf_of[node]
+
+    def _group(self, leaf: str) -> str:
+        """Leaves with the same uplinks are one group: any two are the fewest hops apart."""
+        group = self.group_of.get(leaf)
+        if group is None:
+            fabric = self._fabric
+            assert fabric is not None
+            up = fabric.uplinks(leaf) if leaf in fabric.graph else []
+            group = self.group_of[leaf] = ",".join(up) or leaf
+        return group
+
+    def layout(self, partition: Partition) -> _Layout:
+        """The partition's layout, rebuilt only when its nodes or their service changed."""
+        known = self._layouts.get(partition.name)
+        if (
+            known is not None
+            and known.epoch == self._epoch
+            and (known.nodes is partition.nodes or known.nodes == partition.nodes)
+        ):
+            return known
+        nodes = self._nodes
+        all_nodes = [nodes[n] for n in partition.nodes if n in nodes]
+        max_gpus = max((n.gpus_total for n in all_nodes), default=0)
+        exists = [0] * (max_gpus + 2)
+        capable = [0] * (max_gpus + 2)
+        leaf_capable: dict[str, list[int]] = {}
+        leaf_nodes: dict[str, list[str]] = {}
+        usable: list[tuple[str, str | None]] = []
+        for node in all_nodes:
+            exists[node.gpus_total] += 1
+            if not self._node_sig[node.name][1]:
+                continue
+            capable[node.gpus_total] += 1
+            leaf = self.leaf(node.name)
+            usable.append((node.name, leaf))
+            if leaf is not None:
+                leaf_nodes.setdefault(leaf, []).append(node.name)
+                leaf_capable.setdefault(leaf, [0] * (max_gpus + 2))[node.gpus_total] += 1
+                self._group(leaf)
+        for counts in leaf_capable.values():
+            _at_least(counts)
+        avail_groups = {**leaf_nodes}
+        for name, leaf in usable:
+            if leaf is None:
+                avail_groups[name] = [name]
+        layout = self._layouts[partition.name] = _Layout(
+            nodes=partition.nodes,
+            epoch=self._epoch,
+            usable=usable,
+            leaf_nodes=leaf_nodes,
+            avail_groups=avail_groups,
+            members=frozenset(name for name, _ in usable),
+            exists_ge=_at_least(exists),
+            capable_ge=_at_least(capable),
+            leaf_capable_ge=[
+                max((cap[g] for cap in leaf_capable.values()), default=0)
+                for g in range(max_gpus + 2)
+            ],
+            max_gpus=max_gpus,
+        )
+        layout.count_ge = {leaf: [0] * (max_gpus + 2) for leaf in leaf_nodes}
+        free = self._free
+        for name, leaf in usable:
+            f = free[name]
+            layout.free[name] = f
+            if leaf is not None:
+                layout.count_ge[leaf][f] += 1
+            if f > 0:
+                layout.histogram[f] += 1
+                entry = layout.entry[name] = _bucket_entry(nodes[name], f)
+                layout.buckets.setdefault(f, []).append(entry)
+        for counts in layout.count_ge.values():
+            _at_least(counts)
+        for bucket in layout.buckets.values():
+            bucket.sort()
+        return layout
+
+
 # -- the pass ------------------------------------------------------------------------------------
 @dataclass
 class _Pool:
@@ -213,23 +592,33 @@ class _Pool:
     ``count_ge[leaf][g]``: nodes of the leaf with at least ``g`` free GPUs;
     ``histogram``: nodes per free-GPU count (free > 0);
     ``buckets[f]``: heap of nodes with ``f`` free, best-fit order first.
+    The layout's lists are shared with later passes and never changed.
     """
 
     partition: Partition
-    nodes: list[str]
-    leaf_nodes: dict[str, list[str]]
+    layout: _Layout
     count_ge: dict[str, list[int]]
     histogram: Counter[int]
     buckets: dict[int, list[tuple[int, int, str]]]
-    exists_ge: list[int]
-    capable_ge: list[int]
-    leaf_capable_ge: list[int]
-    max_gpus: int
-    members: frozenset[str] = field(default_factory=frozenset)
-    avail_groups: dict[str, list[str]] = field(default_factory=dict)
     avail_cache: dict[int, dict[str, tuple[int, list[tuple[float, str]]]]] = field(
         default_factory=dict
     )
+
+    @property
+    def leaf_nodes(self) -> dict[str, list[str]]:
+        return self.layout.leaf_nodes
+
+    @property
+    def avail_groups(self) -> dict[str, list[str]]:
+        return self.layout.avail_groups
+
+    @property
+    def members(self) -> frozenset[str]:
+        return self.layout.members
+
+    @property
+    def leaf_capable_ge(self) -> list[int]:
+        return self.layout.leaf_capable_ge
 
 
 @dataclass
@@ -246,75 +635,40 @@ class _Planner:
         policy: Policy,
         now: float,
         jobs: list[Job],
+        cache: PlannerCache,
     ) -> None:
         self.snapshot = snapshot
         self.fabric = fabric
         self.policy = policy
         self.now = now
         self.jobs = jobs
-        self.timeline = Timeline(now)
+        self.cache = cache
+        self.timeline = cache.timeline(now)
         self.pools: dict[str, _Pool | None] = {}
-        self.pools_of_node: dict[str, list[_Pool]] = {}
-        self.leaf_of: dict[str, str | None] = {}
-        self.group_of: dict[str, str] = {}
+        self.pool_list: list[_Pool] = []
+        #: Nodes this pass has taken GPUs from.
+        self.taken: set[str] = set()
+        self.pools_for_request: dict[tuple[Any, ...], tuple[list[_Pool], _Failure | None]] = {}
+        self.leaf_of = cache.leaf_of
+        self.group_of = cache.group_of
         self.reserved_in_leaf: dict[str, int] = {}
         self.reserved_by: dict[str, list[int]] = {}
         #: Bumped when a leaf's (or off-leaf node's) free GPUs or reservations change.
         self.versions: dict[str, int] = {}
         self.failures: dict[tuple[Any, ...], _Failure] = {}
         self.constraints: dict[str, Constraint | None] = {}
-        distribution = policy.job_sizes or queue_distribution(snapshot)
-        self.shapes: tuple[JobShape, ...] = distribution.shapes
+        job_sizes = policy.job_sizes
+        self.shapes: tuple[JobShape, ...] = job_sizes.shapes if job_sizes else cache.queue_shapes()
         self.actions: list[Action] = []
         self.reservations: list[Reservation] = []
         self.unplaced: list[Unplaced] = []
-        self._build_timeline()
 
     # -- setup -------------------------------------------------------------------------------
-    def _build_timeline(self) -> None:
-        """Free GPUs now per usable node, and when running jobs give theirs back."""
-        releases: dict[str, list[tuple[float, int]]] = {}
-        exclusive_nodes: set[str] = set()
-        for job in self.snapshot.active_jobs():
-            end = self._running_end(job)
-            for name in job.nodes:
-                indices = job.gpu_indices.get(name)
-                gpus = len(indices) if indices else job.gpus_per_node
-                if job.exclusive:
-                    exclusive_nodes.add(name)
-                    node = self.snapshot.nodes.get(name)
-                    gpus = node.gpus_total if node is not None else gpus
-                releases.setdefault(name, []).append((end, gpus))
-        for name, node in self.snapshot.nodes.items():
-            free = node.gpus_free if node.available and name not in exclusive_nodes else 0
-            held = node.gpus_total - free
-            capped: list[tuple[float, int]] = []
-            for end, gpus in sorted(releases.get(name, ())):
-                give = min(gpus, held)
-                if give > 0:
-                    capped.append((end, give))
-                    held -= give
-            self.timeline.add_node(name, free, capped if node.available else ())
-
-    def _running_end(self, job: Job) -> float:
-        if job.time_limit_s is None:
-            return INFINITY
-        if job.start_time is not None:
-            return job.start_time + job.time_limit_s
-        return job.end_time if job.end_time is not None else INFINITY
-
     def _leaf(self, node: str) -> str | None:
-        if node not in self.leaf_of:
-            self.leaf_of[node] = self.fabric.leaf_of(node)
-        return self.leaf_of[node]
-
-    def _group(self, leaf: str) -> str:
-        """Leaves with the same uplinks are one group: any two are the fewest hops apart."""
-        group = self.group_of.get(leaf)
-        if group is None:
-            up = self.fabric.uplinks(leaf) if leaf in self.fabric.graph else []
-            group = self.group_of[leaf] = ",".join(up) or leaf
-        return group
+        try:
+            return self.leaf_of[node]
+        except KeyError:
+            return self.cache.leaf(node)
 
     def _pool(self, name: str) -> _Pool | None:
         if name in self.pools:
@@ -323,68 +677,22 @@ class _Planner:
         if part is None:
             self.pools[name] = None
             return None
-        all_nodes = [self.snapshot.nodes[n] for n in part.nodes if n in self.snapshot.nodes]
-        max_gpus = max((n.gpus_total for n in all_nodes), default=0)
-        exists_ge = [0] * (max_gpus + 2)
-        capable_ge = [0] * (max_gpus + 2)
-        leaf_capable: dict[str, list[int]] = {}
-        leaf_nodes: dict[str, list[str]] = {}
-        count_ge: dict[str, list[int]] = {}
-        histogram: Counter[int] = Counter()
-        buckets: dict[int, list[tuple[int, int, str]]] = {}
-        usable = []
-        for node in all_nodes:
-            for g in range(node.gpus_total + 1):
-                exists_ge[g] += 1
-            if not node.available:
-                continue
-            usable.append(node.name)
-            for g in range(node.gpus_total + 1):
-                capable_ge[g] += 1
-            free = self.timeline.free[node.name]
-            leaf = self._leaf(node.name)
-            if leaf is not None:
-                leaf_nodes.setdefault(leaf, []).append(node.name)
-                counts = count_ge.setdefault(leaf, [0] * (max_gpus + 2))
-                for g in range(free + 1):
-                    counts[g] += 1
-                cap = leaf_capable.setdefault(leaf, [0] * (max_gpus + 2))
-                for g in range(node.gpus_total + 1):
-                    cap[g] += 1
-                self._group(leaf)
-            if free > 0:
-                histogram[free] += 1
-                buckets.setdefault(free, []).append(self._bucket_entry(node, free))
-        for heap in buckets.values():
-            heapq.heapify(heap)
-        leaf_capable_ge = [
-            max((cap[g] for cap in leaf_capable.values()), default=0) for g in range(max_gpus + 2)
-        ]
+        layout = self.cache.layout(part)
         pool = _Pool(
             part,
-            usable,
-            leaf_nodes,
-            count_ge,
-            histogram,
-            buckets,
-            exists_ge,
-            capable_ge,
-            leaf_capable_ge,
-            max_gpus,
-            frozenset(usable),
+            layout,
+            {leaf: counts.copy() for leaf, counts in layout.count_ge.items()},
+            layout.histogram.copy(),
+            {f: bucket.copy() for f, bucket in layout.buckets.items()},
         )
-        pool.avail_groups = {**leaf_nodes}
-        for n in usable:
-            self.pools_of_node.setdefault(n, []).append(pool)
-            if self._leaf(n) is None:
-                pool.avail_groups[n] = [n]
+        # Nodes this pass already took GPUs from (for pools of other partitions) move now.
+        free = self.timeline.free
+        for node_name in self.taken:
+            if node_name in layout.members and layout.free[node_name] != free[node_name]:
+                self._shift(pool, node_name, layout.free[node_name], free[node_name])
         self.pools[name] = pool
+        self.pool_list.append(pool)
         return pool
-
-    @staticmethod
-    def _bucket_entry(node: Node, free: int) -> tuple[int, int, str]:
-        """Best-fit order within one free count: partly used nodes first, then weight, name."""
-        return (1 if free >= node.gpus_total else 0, node.weight, node.name)
 
     # -- state changes -----------------------------------------------------------------------
     def _bump(self, name: str) -> None:
@@ -396,20 +704,30 @@ class _Planner:
         old = self.timeline.free[name]
         self.timeline.occupy(name, gpus, end)
         new = self.timeline.free[name]
-        node = self.snapshot.nodes[name]
-        for pool in self.pools_of_node.get(name, ()):
-            leaf = self._leaf(name)
-            if leaf is not None:
-                counts = pool.count_ge[leaf]
-                for g in range(new + 1, old + 1):
-                    counts[g] -= 1
-            if old > 0:
-                pool.histogram[old] -= 1
-                if pool.histogram[old] == 0:
-                    del pool.histogram[old]
-            if new > 0:
-                pool.histogram[new] += 1
-                heapq.heappush(pool.buckets.setdefault(new, []), self._bucket_entry(node, new))
+        self.taken.add(name)
+        for pool in self.pool_list:
+            if name in pool.layout.members:
+                self._shift(pool, name, old, new)
+
+    def _shift(self, pool: _Pool, name: str, old: int, new: int) -> None:
+        """Move a node from ``old`` to ``new`` (fewer) free GPUs in the pool's indexes.
+
+        Its entry in the ``old`` bucket stays behind; readers skip entries
+        whose node no longer has that many free.
+        """
+        leaf = self._leaf(name)
+        if leaf is not None:
+            counts = pool.count_ge[leaf]
+            for g in range(new + 1, old + 1):
+                counts[g] -= 1
+        if old > 0:
+            pool.histogram[old] -= 1
+            if pool.histogram[old] == 0:
+                del pool.histogram[old]
+        if new > 0:
+            pool.histogram[new] += 1
+            entry = _bucket_entry(self.snapshot.nodes[name], new)
+            heapq.heappush(pool.buckets.setdefault(new, []), entry)
 
     def _reserve(self, job_id: int, name: str, gpus: int, start: float, end: float) -> None:
         self._bump(name)
@@ -513,7 +831,18 @@ class _Planner:
         return INFINITY if limit is None else self.now + limit
 
     def _pools_for(self, job: Job) -> tuple[list[_Pool], _Failure | None]:
-        """The job's partitions that are managed, up, and big enough; else why none is."""
+        """The job's partitions that are managed, up, and big enough; else why none is.
+
+        The answer depends only on the fields in the key, so one pass works
+        it out once per kind of request.
+        """
+        key = (job.partition, job.node_count, job.gpus_per_node, job.time_limit_s)
+        known = self.pools_for_request.get(key)
+        if known is None:
+            known = self.pools_for_request[key] = self._find_pools(job)
+        return known
+
+    def _find_pools(self, job: Job) -> tuple[list[_Pool], _Failure | None]:
         names = [p for p in (job.partition or self._default_partition()).split(",") if p]
         managed = self.policy.partitions
         pools: list[_Pool] = []
@@ -539,7 +868,8 @@ class _Planner:
                     f"time limit {job.time_limit_s} s over partition {name}'s {limit} s",
                 )
                 continue
-            exists = pool.exists_ge[gpus] if gpus <= pool.max_gpus else 0
+            layout = pool.layout
+            exists = layout.exists_ge[gpus] if gpus <= layout.max_gpus else 0
             if (part.max_nodes is not None and k > part.max_nodes) or k > exists:
                 refusal = _Failure(
                     Reason.TOO_BIG_FOR_PARTITION,
@@ -547,7 +877,7 @@ class _Planner:
                     + (f" and allows {part.max_nodes} per job" if part.max_nodes else ""),
                 )
                 continue
-            capable = pool.capable_ge[gpus]
+            capable = layout.capable_ge[gpus]
             if k > capable:
                 refusal = _Failure(
                     Reason.NODES_UNAVAILABLE,
@@ -914,23 +1244,31 @@ def plan(
     now: float | None = None,
     managed: Callable[[Job], bool] = default_managed,
     priorities: Mapping[int, int] | None = None,
+    *,
+    cache: PlannerCache | None = None,
 ) -> Plan:
     """Decide which managed pending jobs start now and where; see the module docstring.
 
     ``managed`` picks the pending jobs to plan (default: every pending GPU
     job); every other job still holds what Slurm says it holds.
     ``priorities`` overrides Slurm's priority per job id (held jobs show 0).
-    ``now`` defaults to the snapshot's time.
+    ``now`` defaults to the snapshot's time.  ``cache``: a
+    :class:`PlannerCache` passed to every pass of one planning loop, so each
+    pass redoes only what changed since the last; the plan is the same with
+    or without it.
     """
     policy = policy or Policy()
     at = snapshot.taken_at if now is None else now
-    jobs = [j for j in snapshot.jobs.values() if j.is_pending and managed(j)]
-    return _Planner(snapshot, fabric, policy, at, priority_order(jobs, priorities)).run()
+    state = PlannerCache() if cache is None else cache
+    state.refresh(snapshot, fabric)
+    jobs = [j for j in state.pending_jobs() if managed(j)]
+    return _Planner(snapshot, fabric, policy, at, priority_order(jobs, priorities), state).run()
 
 
 __all__ = [
     "Action",
     "Plan",
+    "PlannerCache",
     "Policy",
     "Reason",
     "Reservation",

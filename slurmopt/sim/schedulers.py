@@ -36,7 +36,7 @@ from typing import Protocol
 from slurmopt.fabric import Fabric
 from slurmopt.model import Job
 from slurmopt.policy.backfill import INFINITY, Timeline
-from slurmopt.policy.plan import Policy, plan, priority_order
+from slurmopt.policy.plan import PlannerCache, Policy, plan, priority_order
 from slurmopt.sim.cluster import SimCluster
 
 POLICIES = ("slurmopt", "slurm-fifo", "slurm-backfill-tree")
@@ -74,9 +74,11 @@ class PlannerScheduler:
     policy: Policy = field(default_factory=Policy)
     name: str = "slurmopt"
     tick_s: float | None = None
+    #: Keeps what passes share (fabric layout, indexes, job sizes): same decisions, far cheaper.
+    cache: PlannerCache = field(default_factory=PlannerCache)
 
     def schedule(self, cluster: SimCluster, now: float, tick: bool) -> StartList:
-        result = plan(cluster.snapshot(now), self.fabric, self.policy, now)
+        result = plan(cluster.snapshot(now), self.fabric, self.policy, now, cache=self.cache)
         return [(a.job_id, a.nodes) for a in result.actions]
 
 

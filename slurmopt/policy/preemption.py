@@ -1,0 +1,246 @@
+"""Choosing preemption victims: pure, no I/O, the planner decides what fits.
+
+When a managed job cannot start, running jobs tagged ``preemptible`` may
+be checkpointed and requeued to make room.  The rules:
+
+* whole gangs only: a victim gives back every node it holds;
+* a victim must rank below the preemptor: a preemptible job never
+  preempts a job that is not preemptible, and preempts another preemptible
+  job only with a strictly higher priority;
+* the freed nodes must let the planner place the preemptor by its own gang
+  rules (fewest leaves): each candidate set is checked by running
+  :func:`slurmopt.policy.plan.plan` on the snapshot without the victims;
+* among the sets that work: least lost work first (GPU-seconds since each
+  victim's last acknowledged checkpoint, or since it started), then the
+  fewest victims, then the lowest job ids (so the choice is stable).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from itertools import combinations
+
+from slurmopt.fabric import Fabric
+from slurmopt.model import ClusterSnapshot, Job
+from slurmopt.policy.plan import Policy, plan
+from slurmopt.submit.tag import TagError, checkpoint_of, parse_comment
+
+#: Most victims one preemption may take.
+MAX_VICTIMS = 4
+#: Cheapest candidates considered (bounds the search to 2**MAX_CANDIDATES sets at most).
+MAX_CANDIDATES = 12
+
+
+class PreemptReason(StrEnum):
+    """Why victims were chosen, or why none were."""
+
+    PREEMPT_LEAST_LOST_WORK = "PREEMPT_LEAST_LOST_WORK"
+    NO_PREEMPTIBLE_JOBS = "NO_PREEMPTIBLE_JOBS"
+    NOT_ENOUGH_EVEN_IF_PREEMPTED = "NOT_ENOUGH_EVEN_IF_PREEMPTED"
+    NOT_A_CANDIDATE = "NOT_A_CANDIDATE"
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """One running job to checkpoint and requeue, and the work it would lose."""
+
+    job_id: int
+    nodes: tuple[str, ...]
+    gpus: int
+    lost_gpu_seconds: float
+    last_checkpoint_step: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionChoice:
+    """The victims for ``for_job_id`` (empty when none), with the reason and its detail."""
+
+    for_job_id: int
+    victims: tuple[Victim, ...]
+    reason: PreemptReason
+    detail: str = ""
+    #: Where the planner would start the preemptor once the victims are gone.
+    nodes: tuple[str, ...] = ()
+
+    @property
+    def lost_gpu_seconds(self) -> float:
+        return sum(v.lost_gpu_seconds for v in self.victims)
+
+
+def is_preemptible(job: Job) -> bool:
+    """Tagged ``slurmopt:managed,preemptible``."""
+    try:
+        tag, _ = parse_comment(job.comment)
+    except TagError:
+        return False
+    return tag is not None and tag.preemptible
+
+
+def job_gpus(job: Job) -> int:
+    """GPUs a running job holds over all its nodes."""
+    if job.gpu_indices:
+        return sum(len(v) for v in job.gpu_indices.values())
+    return job.gpus_per_node * max(job.node_count, len(job.nodes))
+
+
+def lost_work(job: Job, now: float) -> tuple[float, int | None]:
+    """GPU-seconds since the job's last acknowledged checkpoint (or its start), and that step."""
+    began = job.start_time if job.start_time is not None else now
+    ack = checkpoint_of(job.comment)
+    since = began
+    step = None
+    if ack is not None and ack[1] >= began:
+        since, step = ack[1], ack[0]
+    return max(0.0, now - since) * job_gpus(job), step
+
+
+def _outranks(preemptor: Job, victim: Job, priorities: Mapping[int, int]) -> bool:
+    if not is_preemptible(preemptor):
+        return True
+    mine = priorities.get(preemptor.job_id, preemptor.priority)
+    return mine > priorities.get(victim.job_id, victim.priority)
+
+
+def without(snapshot: ClusterSnapshot, victims: Sequence[Job]) -> ClusterSnapshot:
+    """The snapshot as it would be once ``victims`` gave their nodes back."""
+    nodes = dict(snapshot.nodes)
+    for job in victims:
+        for name in job.nodes:
+            node = nodes.get(name)
+            if node is None:
+                continue
+            indices = job.gpu_indices.get(name)
+            gpus = len(indices) if indices else job.gpus_per_node
+            freed = node.alloc_gpu_indices
+            if freed is not None and indices:
+                freed = freed - frozenset(indices)
+            nodes[name] = dataclasses.replace(
+                node, gpus_alloc=max(0, node.gpus_alloc - gpus), alloc_gpu_indices=freed
+            )
+    gone = {j.job_id for j in victims}
+    jobs = [j for j in snapshot.jobs.values() if j.job_id not in gone]
+    return ClusterSnapshot.build(
+        snapshot.taken_at,
+        nodes.values(),
+        jobs,
+        snapshot.partitions.values(),
+        snapshot.slurm_version,
+        snapshot.source,
+    )
+
+
+def placement_after(
+    snapshot: ClusterSnapshot,
+    fabric: Fabric,
+    preemptor: Job,
+    victims: Sequence[Job],
+    now: float,
+    priorities: Mapping[int, int] | None = None,
+) -> tuple[str, ...] | None:
+    """Where the planner would start ``preemptor`` once ``victims`` are gone, or None."""
+    result = plan(
+        without(snapshot, victims),
+        fabric,
+        Policy(backfill_depth=0),
+        now,
+        managed=lambda job: job.job_id == preemptor.job_id,
+        priorities=priorities,
+    )
+    for action in result.actions:
+        if action.job_id == preemptor.job_id:
+            return action.nodes
+    return None
+
+
+def choose_victims(
+    snapshot: ClusterSnapshot,
+    fabric: Fabric,
+    preemptor_id: int,
+    now: float,
+    priorities: Mapping[int, int] | None = None,
+    *,
+    exclude: frozenset[int] = frozenset(),
+    max_victims: int = MAX_VICTIMS,
+) -> PreemptionChoice:
+    """The cheapest set of whole preemptible gangs whose nodes let ``preemptor_id`` start."""
+    prio = dict(priorities or {})
+    preemptor = snapshot.jobs.get(preemptor_id)
+    if preemptor is None or not preemptor.is_pending or preemptor.gpus_per_node <= 0:
+        return PreemptionChoice(
+            preemptor_id, (), PreemptReason.NOT_A_CANDIDATE, "not a pending GPU job"
+        )
+    running = [
+        j
+        for j in snapshot.jobs.values()
+        if j.is_active
+        and j.nodes
+        and j.job_id not in exclude
+        and j.job_id != preemptor_id
+        and is_preemptible(j)
+        and _outranks(preemptor, j, prio)
+    ]
+    if not running:
+        return PreemptionChoice(
+            preemptor_id,
+            (),
+            PreemptReason.NO_PREEMPTIBLE_JOBS,
+            "no running preemptible job ranks below it",
+        )
+    costs = {j.job_id: lost_work(j, now) for j in running}
+    running.sort(key=lambda j: (costs[j.job_id][0], j.job_id))
+    running = running[:MAX_CANDIDATES]
+    sets: list[tuple[float, int, tuple[int, ...], tuple[Job, ...]]] = []
+    for size in range(1, min(max_victims, len(running)) + 1):
+        for combo in combinations(running, size):
+            lost = sum(costs[j.job_id][0] for j in combo)
+            sets.append((lost, size, tuple(sorted(j.job_id for j in combo)), combo))
+    sets.sort(key=lambda s: (s[0], s[1], s[2]))
+    free_gpus = sum(n.gpus_free for n in snapshot.nodes.values() if n.available)
+    needed = preemptor.gpus_per_node * max(1, preemptor.node_count)
+    for lost, size, _, combo in sets:
+        if free_gpus + sum(job_gpus(j) for j in combo) < needed:
+            continue  # cannot be enough: skip the planner
+        nodes = placement_after(snapshot, fabric, preemptor, combo, now, prio)
+        if nodes is None:
+            continue
+        victims = tuple(
+            Victim(
+                j.job_id,
+                tuple(j.nodes),
+                job_gpus(j),
+                costs[j.job_id][0],
+                costs[j.job_id][1],
+            )
+            for j in sorted(combo, key=lambda j: j.job_id)
+        )
+        return PreemptionChoice(
+            preemptor_id,
+            victims,
+            PreemptReason.PREEMPT_LEAST_LOST_WORK,
+            f"{size} victim(s), {lost:.0f} GPU-s of work lost, of {len(sets)} candidate set(s)",
+            nodes,
+        )
+    return PreemptionChoice(
+        preemptor_id,
+        (),
+        PreemptReason.NOT_ENOUGH_EVEN_IF_PREEMPTED,
+        f"no set of up to {max_victims} of {len(running)} preemptible job(s) frees a placement",
+    )
+
+
+__all__ = [
+    "MAX_CANDIDATES",
+    "MAX_VICTIMS",
+    "PreemptReason",
+    "PreemptionChoice",
+    "Victim",
+    "choose_victims",
+    "is_preemptible",
+    "job_gpus",
+    "lost_work",
+    "placement_after",
+    "without",
+]
