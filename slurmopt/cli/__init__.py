@@ -38,6 +38,7 @@ def _register() -> None:
     from slurmopt.cli.fragmentation import fragmentation
     from slurmopt.cli.health import node_agent
     from slurmopt.cli.plugin import plugin
+    from slurmopt.cli.preemptions import preemptions
     from slurmopt.cli.simulate import simulate_cmd
     from slurmopt.cli.submit import submit
     from slurmopt.cli.topology import topology
@@ -52,6 +53,7 @@ def _register() -> None:
     cli.add_command(enable)
     cli.add_command(simulate_cmd, name="simulate")
     cli.add_command(plugin)
+    cli.add_command(preemptions)
 
 
 _register()

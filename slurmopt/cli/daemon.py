@@ -5,13 +5,20 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from slurmopt.cli.common import connect_for, emit_json
 from slurmopt.config import Config, load_config
 from slurmopt.errors import SlurmCommandError, SlurmoptError
+
+if TYPE_CHECKING:
+    from slurmopt.metrics import DaemonMetrics, MetricsServer
+
+#: Same as ``slurmopt.metrics.DEFAULT_METRICS_ADDRESS`` (not imported: it pulls in
+#: prometheus_client and the planner for every command).
+_METRICS_ADDRESS = "127.0.0.1"
 
 
 def _connect(ctx: click.Context, config: Config) -> Any:
@@ -50,6 +57,18 @@ _db_option = click.option(
     help="Act on plans (hold, pin, release), or only log and store them (default: config).",
 )
 @click.option("--once", is_flag=True, help="Run one cycle, then exit.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this TCP port; 0: none (default: config metrics_port).",
+)
+@click.option(
+    "--metrics-address",
+    default=_METRICS_ADDRESS,
+    show_default=True,
+    help="Address the metrics endpoint binds to (0.0.0.0 or :: for every interface).",
+)
 @click.pass_context
 def daemon(
     ctx: click.Context,
@@ -58,12 +77,17 @@ def daemon(
     interval: float | None,
     enforce: bool | None,
     once: bool,
+    metrics_port: int | None,
+    metrics_address: str,
 ) -> None:
     """Plan every interval; with --enforce, pin and release the jobs slurmopt holds."""
     from slurmopt.daemon.loop import Daemon
     from slurmopt.store import Store
 
-    config = load_config(config_path, {"db": db, "interval_s": interval, "enforce": enforce})
+    config = load_config(
+        config_path,
+        {"db": db, "interval_s": interval, "enforce": enforce, "metrics_port": metrics_port},
+    )
     _setup_logging(config.log_level)
     store = Store.open(config.db)
     try:
@@ -72,9 +96,33 @@ def daemon(
             result = runner.run_once()
             click.echo(f"{result.mode}: {'; '.join(result.notes) or 'done'}")
         else:
-            runner.run_forever()
+            server = _serve_metrics(runner.metrics, config.metrics_port, metrics_address)
+            try:
+                runner.run_forever()
+            finally:
+                if server is not None:
+                    server.close()
     finally:
         store.close()
+
+
+def _serve_metrics(metrics: DaemonMetrics, port: int, address: str) -> MetricsServer | None:
+    """Start the metrics endpoint; a port that cannot be bound is logged, not fatal.
+
+    Metrics only observe: a clash on the port must not stop scheduling, and
+    Prometheus already reports the missing endpoint (``up == 0``).
+    """
+    from slurmopt.metrics import serve
+
+    if port == 0:
+        return None
+    try:
+        return serve(metrics, port, address)
+    except OSError as exc:
+        logging.getLogger("slurmopt.metrics").error(
+            "cannot serve metrics on %s:%d: %s; running without them", address, port, exc
+        )
+        return None
 
 
 @dataclass

@@ -24,6 +24,7 @@ from slurmopt.submit import (
     has_submit_plugin,
     parse_command_line,
     reads_stdin,
+    template_of,
     wants_help,
 )
 
@@ -76,7 +77,9 @@ def submit(ctx: click.Context, args: Sequence[str]) -> None:
     stdin_data: bytes | None = None
     script_text: str | None = None
     script_name = parsed.script or "-"
-    if reads_stdin(parsed):
+    if template_of(parsed) is not None:
+        pass  # the script is the program the template runs, not a batch script
+    elif reads_stdin(parsed):
         stdin_data = sys.stdin.buffer.read()
         script_text = stdin_data.decode("utf-8", "surrogateescape")
     elif parsed.script is not None:
@@ -84,6 +87,8 @@ def submit(ctx: click.Context, args: Sequence[str]) -> None:
     submission = build_submission(args, script_text, script_name)
     if not submission.info_only and _plugin_missing():
         click.echo(NO_PLUGIN_WARNING, err=True)
+    if submission.script_text is not None:
+        stdin_data = submission.script_text.encode()
     run_sbatch(submission.args, stdin_data)
 
 

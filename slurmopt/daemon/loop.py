@@ -45,6 +45,7 @@ from slurmopt.daemon.managed import (
     is_managed,
     planning_priorities,
 )
+from slurmopt.daemon.preempt import Preempter, PreemptionSettings, PreemptResult
 from slurmopt.daemon.reconcile import (
     LEFT_TO_SLURM,
     Reconciler,
@@ -55,6 +56,7 @@ from slurmopt.daemon.reconcile import (
 from slurmopt.daemon.switch import read_switch
 from slurmopt.errors import SlurmoptError, SlurmResponseError, SlurmUnavailable
 from slurmopt.fabric import Fabric
+from slurmopt.metrics import DaemonMetrics
 from slurmopt.model import ClusterSnapshot, Job
 from slurmopt.policy.fragmentation import fragmentation_report
 from slurmopt.policy.plan import Plan, Policy, plan
@@ -96,6 +98,7 @@ class CycleResult:
     plan_id: int | None = None
     reconciled: ReconcileResult | None = None
     acted: ActResult | None = None
+    preempted: PreemptResult | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -122,7 +125,8 @@ class Daemon:
     """One slurmopt daemon: the cycle, its mode, the lease, back-off and shutdown.
 
     ``clock`` gives wall-clock seconds (the simulator passes a virtual one);
-    ``fabric_loader`` builds the fabric from the first good snapshot.
+    ``fabric_loader`` builds the fabric from the first good snapshot;
+    ``metrics`` receives each cycle's figures and counts every Slurm call.
     """
 
     def __init__(
@@ -135,7 +139,10 @@ class Daemon:
         clock: Callable[[], float] = time.time,
         fabric_loader: FabricLoader | None = None,
         backoff_cap_s: float = BACKOFF_CAP_S,
+        metrics: DaemonMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or DaemonMetrics(config.managed_partitions)
+        client = self.metrics.instrument(client)  # every Slurm call below is counted
         self.config = config
         self.client = client
         self.store = store
@@ -162,6 +169,7 @@ class Daemon:
             may_hold=self._may_act_now,
         )
         self.actuator = Actuator(store, client, self.managed_partitions)
+        self.preempter = Preempter(store, client, PreemptionSettings.from_environ())
 
     # -- permission to act -------------------------------------------------------------------
     def _disabled(self) -> bool:
@@ -203,6 +211,7 @@ class Daemon:
                 return CycleResult(self.mode)
             result = self._cycle()
         self.mode = result.mode
+        self.metrics.observe_cycle(result, self.clock())
         notify.watchdog()
         if result.mode is not Mode.UNAVAILABLE and not self.ready_sent:
             self.ready_sent = notify.ready() or True
@@ -296,7 +305,11 @@ class Daemon:
         )
         duration = time.perf_counter() - started
         result.plan_id = self.store.record_plan(result.plan, snapshot.taken_at, duration)
-        self.store.record_fragmentation(fragmentation_report(snapshot, self.fabric))
+        report = fragmentation_report(snapshot, self.fabric)
+        self.store.record_fragmentation(report)
+        self.metrics.observe_snapshot(snapshot)
+        self.metrics.observe_fragmentation(report)
+        self.metrics.observe_plan(result.plan, duration)
         self._log_decisions(result.plan, mode)
         if acting:
             age = self.clock() - snapshot.taken_at
@@ -309,6 +322,16 @@ class Daemon:
             else:
                 result.acted = self.actuator.apply(
                     result.plan, snapshot, records, now, skip, may_act=self._switch_off
+                )
+                result.preempted = self.preempter.step(
+                    snapshot,
+                    self.fabric,
+                    result.plan,
+                    records,
+                    priorities,
+                    now,
+                    result.plan_id,
+                    may_act=self._switch_off,
                 )
         starts = len(result.acted.started) if result.acted else 0
         summary = (

@@ -31,6 +31,7 @@ from slurmopt.submit.directives import (
     split_args,
 )
 from slurmopt.submit.tag import JobTag, check_template_name, format_comment, parse_elastic
+from slurmopt.templates import SHIPPED, TemplateValues, available, render
 
 #: slurmopt's own options: recognised only when spelled in full, never sent to sbatch.
 OWN_OPTIONS: dict[str, Arity] = {
@@ -42,8 +43,8 @@ OWN_OPTIONS: dict[str, Arity] = {
 #: The script prefix for slurmopt's own options (sbatch treats these lines as comments).
 OWN_PREFIX = "#SOPT"
 
-#: Job templates ``--template`` can render; none are shipped yet.
-TEMPLATES: frozenset[str] = frozenset()
+#: Job templates slurmopt ships (a site adds more in ``$SLURMOPT_TEMPLATE_DIR``).
+TEMPLATES: frozenset[str] = frozenset(SHIPPED)
 
 #: Options after which sbatch only prints something and submits nothing.
 _INFO_ONLY = frozenset({"usage", "version"})
@@ -80,6 +81,8 @@ class Submission:
     request: SubmitRequest
     reads_stdin: bool = False
     info_only: bool = False
+    #: The rendered batch script (``--template``), to give sbatch on stdin.
+    script_text: str | None = None
 
     @property
     def comment(self) -> str:
@@ -106,6 +109,48 @@ def reads_stdin(parsed: ParsedArgs) -> bool:
     if parsed.script is not None or is_info_only(parsed):
         return False
     return not any(opt.name == "wrap" and opt.value is not None for opt in parsed.options)
+
+
+def template_of(parsed: ParsedArgs) -> str | None:
+    """The ``--template NAME`` given on the command line, if any (the last one wins)."""
+    names = [o.value for o in parsed.options if o.name == "template" and o.known and o.value]
+    return names[-1] if names else None
+
+
+def _count(text: str | None, default: int) -> int:
+    """The first number in an sbatch count (``"2"``, ``"1-4"``, ``"gpu:4"``), or ``default``."""
+    if not text:
+        return default
+    digits = "".join(c if c.isdigit() else " " for c in text.rsplit(":", 1)[-1]).split()
+    return int(digits[-1]) if digits else default
+
+
+def _templated(parsed: ParsedArgs, request: SubmitRequest, kept: list[Option]) -> Submission:
+    """sbatch's options unchanged, the rendered template as the script on stdin.
+
+    The command line's script and its arguments are the program the
+    template runs (``nccl-allreduce-bench`` takes them as benchmark options).
+    """
+    tag = request.tag
+    assert tag.template is not None
+    if parsed.script is None and tag.template != "nccl-allreduce-bench":
+        raise UsageError(f"--template {tag.template} needs a program to run")
+    high = _count(request.nodes, 1)
+    low, high = tag.elastic if tag.elastic is not None else (high, high)
+    program_args = list(parsed.script_args)
+    program = parsed.script or ""
+    if tag.template == "nccl-allreduce-bench" and parsed.script is not None:
+        program_args.insert(0, parsed.script)
+    values = TemplateValues(
+        program=program,
+        program_args=program_args,
+        min_nodes=low,
+        max_nodes=high,
+        nproc_per_node=_count(request.gpus_per_node, 1),
+    )
+    text = render(tag.template, values)
+    args = [f"--comment={format_comment(tag, request.comment)}", *join_tokens(kept)]
+    return Submission(args=args, request=request, reads_stdin=True, script_text=text)
 
 
 def build_submission(
@@ -138,6 +183,8 @@ def build_submission(
         if not (o.name in OWN_OPTIONS and o.known)
         and not (o.component == 0 and o.name == "comment" and o.value is not None)
     ]
+    if request.tag.template is not None and not info_only:
+        return _templated(parsed, request, kept)
     sbatch_args = join_tokens(kept) + list(parsed.rest)
     if not info_only:
         sbatch_args.insert(0, f"--comment={format_comment(request.tag, request.comment)}")
@@ -203,7 +250,7 @@ def _own_options(options: Sequence[Option], script_name: str) -> JobTag:
                 template = check_template_name(opt.value)
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
-    if template is not None and template not in TEMPLATES:
+    if template is not None and template not in available():
         raise UsageError(f"unknown template {template!r}")
     return JobTag(preemptible=preemptible, elastic=elastic, template=template)
 
@@ -279,5 +326,6 @@ __all__ = [
     "is_info_only",
     "parse_command_line",
     "reads_stdin",
+    "template_of",
     "wants_help",
 ]

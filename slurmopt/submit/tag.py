@@ -5,7 +5,12 @@ that ``sbatch`` sets, that users can see, and that a job-submit plugin,
 ``squeue`` and slurmrestd can all read, so the tag lives there and keeps
 the user's own comment after it::
 
-    slurmopt:managed[,preemptible][,elastic=MIN:MAX][,template=NAME][ | USER COMMENT]
+    slurmopt:managed[,preemptible][,elastic=MIN:MAX][,template=NAME][,ckpt=STEP@UNIX]
+             [ | USER COMMENT]
+
+``ckpt=STEP@UNIX`` is written by the running job itself (``scontrol update
+JobId=$SLURM_JOB_ID Comment=...``) to acknowledge a finished checkpoint;
+see ``docs/preemption.md``.
 
 Readers (the daemon, the Lua job-submit plugin) must ignore fields they do
 not know, so fields can be added without breaking older readers.  See
@@ -24,6 +29,8 @@ MANAGED = "managed"
 _FIELD = re.compile(r"[a-z][a-z0-9_-]*(=[^,\s|]+)?")
 _TEMPLATE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _ELASTIC = re.compile(r"(\d+):(\d+)")
+_CHECKPOINT = re.compile(r"(\d+)@(\d+)")
+CHECKPOINT_FIELD = "ckpt"
 
 
 class TagError(ValueError):
@@ -118,3 +125,43 @@ def parse_comment(comment: str | None) -> tuple[JobTag | None, str | None]:
             raise TagError(f"bad field {field!r} in slurmopt tag: {exc}") from None
     tag = JobTag(preemptible=preemptible, elastic=elastic, template=template)
     return tag, (user if sep and user else None)
+
+
+def with_checkpoint(comment: str, step: int, at: float) -> str:
+    """``comment`` with its ``ckpt=STEP@UNIX`` field set (replacing an older one).
+
+    The job calls this to acknowledge a checkpoint; every other field and
+    the user's comment stay as they were.  Raises :class:`TagError` when the
+    comment carries no slurmopt tag (an untagged job has nobody to tell).
+    """
+    if step < 0:
+        raise ValueError(f"checkpoint step must be 0 or more, got {step}")
+    if not comment.startswith(PREFIX):
+        raise TagError(f"not a slurmopt comment: {comment!r}")
+    parse_comment(comment)  # refuse to rewrite a malformed tag
+    body, sep, user = comment[len(PREFIX) :].partition(SEPARATOR)
+    kept = [f for f in body.split(",") if f.partition("=")[0] != CHECKPOINT_FIELD]
+    kept.append(f"{CHECKPOINT_FIELD}={step}@{int(at)}")
+    return PREFIX + ",".join(kept) + (SEPARATOR + user if sep else "")
+
+
+def checkpoint_of(comment: str | None) -> tuple[int, float] | None:
+    """The acknowledged checkpoint ``(step, unix seconds)`` in a comment, or None.
+
+    A malformed tag or ``ckpt`` field reads as no acknowledgement: the
+    daemon then waits (and gives up at the grace time) rather than requeue
+    a job on a checkpoint it cannot trust.
+    """
+    if not comment or not comment.startswith(PREFIX):
+        return None
+    try:
+        parse_comment(comment)
+    except TagError:
+        return None
+    body = comment[len(PREFIX) :].partition(SEPARATOR)[0]
+    for field in body.split(","):
+        key, _, value = field.partition("=")
+        if key == CHECKPOINT_FIELD:
+            match = _CHECKPOINT.fullmatch(value)
+            return (int(match[1]), float(match[2])) if match else None
+    return None

@@ -1,0 +1,455 @@
+"""Checkpoint-acknowledged preemption, carried out by the enforcing daemon.
+
+One preemption makes room for one waiting managed job (the preemptor) by
+stopping whole gangs of running ``preemptible`` jobs (the victims, chosen
+by :func:`slurmopt.policy.preemption.choose_victims`).  Each victim has a
+row in the store's ``preemptions`` table and moves through the managed-job
+states, every step recorded before the Slurm call it leads to::
+
+    running --(chosen: row + transition committed, then
+               scancel --signal=SIG --batch)-------------------> signalled
+    signalled --(ckpt=STEP@T in the job's comment, T >= signal)--> checkpointed
+    signalled --(no ack within grace_s; default policy)---------> running
+                 (row outcome ``cancelled``: the victim keeps running and
+                  is not chosen again in this incarnation)
+    signalled --(no ack within grace_s; ``requeue-anyway``)-----> checkpointed
+                 (row outcome ``requeued_without_ack``)
+    checkpointed --(Slurm still runs the acknowledging run:
+                    scontrol requeuehold)----------------------> (same)
+    checkpointed --(Slurm shows it pending)---------------------> waiting
+                 (row outcome ``requeued``; then planned and released
+                  like any managed job)
+    any --(Slurm ended the victim)------------------------------> row outcome ``victim_ended``
+
+Restarting the daemon in the middle finishes each preemption once: the
+signal is sent again for a ``signalled`` row this process has not sent
+(a repeated signal only re-creates the request file), and the requeue is
+made only while Slurm still shows the very run that acknowledged (started
+before the ack), so a run started after the requeue is never requeued.
+A new preemption starts only when none is in flight.  See
+``docs/preemption.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from slurmopt.daemon.actuator import HAND_BACK_REASONS
+from slurmopt.daemon.reconcile import next_attempt
+from slurmopt.errors import ConfigError, SlurmCommandError
+from slurmopt.fabric import Fabric
+from slurmopt.model import ClusterSnapshot, Job
+from slurmopt.policy.plan import Plan
+from slurmopt.policy.preemption import PreemptionChoice, choose_victims, job_gpus
+from slurmopt.slurm.base import SlurmClient
+from slurmopt.store import (
+    ManagedJob,
+    ManagedJobState,
+    Preemption,
+    Store,
+    idempotency_key,
+    transition,
+)
+from slurmopt.submit.tag import checkpoint_of
+from slurmopt.templates import DEFAULT_SIGNAL
+
+log = logging.getLogger(__name__)
+
+S = ManagedJobState
+
+#: Outcomes written to ``preemptions.outcome`` (None while in flight).
+REQUEUED = "requeued"
+REQUEUED_WITHOUT_ACK = "requeued_without_ack"
+CANCELLED = "cancelled"
+VICTIM_ENDED = "victim_ended"
+
+KEEP_RUNNING = "keep-running"
+REQUEUE_ANYWAY = "requeue-anyway"
+#: An ack time is whole seconds; one earlier than the signal by less than this still counts.
+ACK_SLACK_S = 1.0
+
+
+@dataclass(frozen=True)
+class PreemptionSettings:
+    """How the daemon preempts; read from the environment (see ``docs/preemption.md``)."""
+
+    enabled: bool = True
+    signal: str = DEFAULT_SIGNAL
+    grace_s: float = 120.0
+    on_no_ack: str = KEEP_RUNNING
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> PreemptionSettings:
+        env = os.environ if environ is None else environ
+        enabled = env.get("SLURMOPT_PREEMPT", "1").strip().lower() not in ("0", "false", "no")
+        signal = env.get("SLURMOPT_PREEMPT_SIGNAL", DEFAULT_SIGNAL).strip().upper()
+        signal = signal.removeprefix("SIG")
+        if not signal.isalnum() or signal == "USR1":
+            raise ConfigError(f"SLURMOPT_PREEMPT_SIGNAL: bad or reserved signal {signal!r}")
+        try:
+            grace = float(env.get("SLURMOPT_PREEMPT_GRACE_S", "120"))
+        except ValueError:
+            raise ConfigError("SLURMOPT_PREEMPT_GRACE_S: expected seconds") from None
+        if grace <= 0:
+            raise ConfigError("SLURMOPT_PREEMPT_GRACE_S: must be positive")
+        policy = env.get("SLURMOPT_PREEMPT_ON_NO_ACK", KEEP_RUNNING)
+        if policy not in (KEEP_RUNNING, REQUEUE_ANYWAY):
+            raise ConfigError(
+                f"SLURMOPT_PREEMPT_ON_NO_ACK: {policy!r} is not {KEEP_RUNNING} or {REQUEUE_ANYWAY}"
+            )
+        return cls(enabled=enabled, signal=signal, grace_s=grace, on_no_ack=policy)
+
+
+@dataclass
+class PreemptResult:
+    """What one pass did, for logs and tests."""
+
+    chosen: PreemptionChoice | None = None
+    signalled: list[int] = field(default_factory=list)
+    acknowledged: list[int] = field(default_factory=list)
+    requeued: list[int] = field(default_factory=list)
+    cancelled: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+
+
+class Preempter:
+    """Starts and advances preemptions; see the module docstring for the states."""
+
+    def __init__(
+        self, store: Store, client: SlurmClient, settings: PreemptionSettings | None = None
+    ) -> None:
+        self.store = store
+        self.client = client
+        self.settings = settings or PreemptionSettings()
+        #: Preemption rows whose signal this process has sent.
+        self._sent: set[int] = set()
+        #: GPUs each victim held when last seen running (a pending job shows none).
+        self._gpus: dict[int, int] = {}
+
+    # -- queries --------------------------------------------------------------------------------
+    def in_flight(self) -> list[Preemption]:
+        with self.store.begin() as session:
+            rows = session.scalars(
+                select(Preemption).where(Preemption.outcome.is_(None)).order_by(Preemption.id)
+            ).all()
+            session.expunge_all()
+        return list(rows)
+
+    def _no_ack_victims(self) -> frozenset[tuple[int, int]]:
+        with self.store.begin() as session:
+            rows = session.execute(
+                select(Preemption.victim_job_id, Preemption.victim_submit_time).where(
+                    Preemption.outcome == CANCELLED
+                )
+            ).all()
+        return frozenset((int(job), round(submit)) for job, submit in rows)
+
+    # -- the pass -------------------------------------------------------------------------------
+    def step(
+        self,
+        snapshot: ClusterSnapshot,
+        fabric: Fabric,
+        result_plan: Plan,
+        records: Mapping[int, ManagedJob],
+        priorities: Mapping[int, int],
+        now: float,
+        plan_id: int | None = None,
+        may_act: Callable[[], bool] = lambda: True,
+    ) -> PreemptResult:
+        """Advance every preemption in flight; start a new one if none is and one is needed."""
+        result = PreemptResult()
+        if not self.settings.enabled:
+            return result
+        rows = self.in_flight()
+        for row in rows:
+            if not may_act():
+                return result
+            self._advance(row, snapshot, now, result)
+        if rows or not may_act():
+            return result
+        self._start(snapshot, fabric, result_plan, records, priorities, now, plan_id, result)
+        return result
+
+    def _advance(
+        self, row: Preemption, snapshot: ClusterSnapshot, now: float, result: PreemptResult
+    ) -> None:
+        victim = row.victim_job_id
+        job = snapshot.jobs.get(victim)
+        record = self.store.managed_job(victim)
+        if job is not None and self._requeued_as_new(row, job):
+            # Slurm gives a requeued job a new submit time, so the reconciler has
+            # already closed the old record and registered the job afresh as waiting.
+            self._finish_requeue(row, job, now, None)
+            return
+        if record is None or record.state.is_final or job is None:
+            self._close(row.id, VICTIM_ENDED)
+            log.info("preemption %d: victim %d ended", row.id, victim)
+            return
+        if abs(row.victim_submit_time - record.slurm_submit_time) > 1:
+            self._close(row.id, VICTIM_ENDED)
+            return
+        if job.is_active:
+            self._gpus[row.id] = job_gpus(job)
+        if record.state is S.SIGNALLED:
+            self._signalled(row, record, job, now, result)
+            record = self.store.managed_job(victim) or record
+        if record.state is S.CHECKPOINTED:
+            self._checkpointed(row, record, job, now, result)
+        elif record.state in (S.RUNNING, S.WAITING, S.PINNED) and row.outcome is None:
+            # Moved on outside this machine (a grace time-out already recorded, or an operator).
+            fresh = self._row(row.id)
+            if fresh is not None and fresh.outcome is None:
+                self._close(row.id, CANCELLED if record.state is S.RUNNING else REQUEUED)
+
+    def _signalled(
+        self, row: Preemption, record: ManagedJob, job: Job, now: float, result: PreemptResult
+    ) -> None:
+        ack = checkpoint_of(job.comment)
+        if ack is not None and ack[1] >= row.signalled_at - ACK_SLACK_S:
+            step, at = ack
+            with self.store.begin() as session:
+                self._transition(
+                    session,
+                    record,
+                    S.CHECKPOINTED,
+                    "preempt-ack",
+                    "ack",
+                    f"checkpoint at step {step}",
+                    now,
+                )
+                stored = session.get(Preemption, row.id)
+                assert stored is not None
+                stored.ack_at = at
+                stored.checkpoint_step = step
+            result.acknowledged.append(job.job_id)
+            log.info("preemption %d: job %d acknowledged step %d", row.id, job.job_id, step)
+            return
+        if now - row.signalled_at > self.settings.grace_s:
+            if self.settings.on_no_ack == REQUEUE_ANYWAY:
+                with self.store.begin() as session:
+                    self._transition(
+                        session,
+                        record,
+                        S.CHECKPOINTED,
+                        "preempt-ack",
+                        "no_ack",
+                        "no checkpoint within the grace time; requeued anyway",
+                        now,
+                    )
+                log.warning(
+                    "preemption %d: job %d did not acknowledge; requeuing anyway",
+                    row.id,
+                    job.job_id,
+                )
+                return
+            with self.store.begin() as session:
+                self._transition(
+                    session,
+                    record,
+                    S.RUNNING,
+                    "preempt-cancel",
+                    "no_ack",
+                    f"no checkpoint within {self.settings.grace_s:.0f} s; kept",
+                    now,
+                )
+                stored = session.get(Preemption, row.id)
+                assert stored is not None
+                stored.outcome = CANCELLED
+                stored.lost_gpu_seconds = 0.0
+            result.cancelled.append(job.job_id)
+            log.warning(
+                "preemption %d: job %d did not acknowledge in %.0f s; left running",
+                row.id,
+                job.job_id,
+                self.settings.grace_s,
+            )
+            return
+        if row.id not in self._sent:
+            self._signal(row.id, job.job_id, result)
+
+    def _checkpointed(
+        self, row: Preemption, record: ManagedJob, job: Job, now: float, result: PreemptResult
+    ) -> None:
+        if job.is_active:
+            acked_run = row.ack_at is None or (
+                job.start_time is not None and job.start_time <= row.ack_at + ACK_SLACK_S
+            )
+            if not acked_run:
+                return
+            try:
+                self.client.requeue(job.job_id, hold=True)
+            except SlurmCommandError as exc:
+                result.failed[job.job_id] = str(exc)
+                log.warning("preemption %d: requeuehold %d failed: %s", row.id, job.job_id, exc)
+                return
+            result.requeued.append(job.job_id)
+            log.info("preemption %d: job %d requeued held", row.id, job.job_id)
+            return
+        if job.is_pending:
+            self._finish_requeue(row, job, now, record)
+
+    def _requeued_as_new(self, row: Preemption, job: Job) -> bool:
+        """Slurm shows the victim pending under a submit time set by a requeue after our signal."""
+        return (
+            job.is_pending
+            and job.restarts > 0
+            and job.submit_time is not None
+            and job.submit_time > row.victim_submit_time + ACK_SLACK_S
+            and job.submit_time >= row.signalled_at - ACK_SLACK_S
+        )
+
+    def _finish_requeue(
+        self, row: Preemption, job: Job, now: float, record: ManagedJob | None
+    ) -> None:
+        """Close the row as requeued, with the work lost since the checkpoint (or the start)."""
+        outcome = REQUEUED if row.ack_at is not None else REQUEUED_WITHOUT_ACK
+        since = row.ack_at if row.ack_at is not None else row.signalled_at
+        gpus = self._gpus.get(row.id) or job_gpus(job) or 1
+        with self.store.begin() as session:
+            if record is not None:
+                self._transition(
+                    session,
+                    record,
+                    S.WAITING,
+                    "preempt-requeued",
+                    "preempted",
+                    f"requeued for job {row.for_job_id}",
+                    now,
+                )
+            stored = session.get(Preemption, row.id)
+            assert stored is not None
+            stored.outcome = outcome
+            stored.lost_gpu_seconds = max(0.0, now - since) * gpus
+        log.info("preemption %d: job %d is waiting again (%s)", row.id, job.job_id, outcome)
+
+    # -- starting one ---------------------------------------------------------------------------
+    def _start(
+        self,
+        snapshot: ClusterSnapshot,
+        fabric: Fabric,
+        result_plan: Plan,
+        records: Mapping[int, ManagedJob],
+        priorities: Mapping[int, int],
+        now: float,
+        plan_id: int | None,
+        result: PreemptResult,
+    ) -> None:
+        starting = {a.job_id for a in result_plan.actions}
+        waiting = [
+            u.job_id
+            for u in result_plan.unplaced
+            if u.reason not in HAND_BACK_REASONS and u.job_id not in starting
+        ]
+        waiting += [r.job_id for r in result_plan.reservations if r.job_id not in starting]
+        waiting = sorted(set(waiting), key=lambda j: (-priorities.get(j, 0), j))
+        refused = self._no_ack_victims()
+        exclude = frozenset(
+            job_id
+            for job_id, job in snapshot.jobs.items()
+            if (job_id, round(job.submit_time or 0)) in refused
+            or (records.get(job_id) is None or records[job_id].state is not S.RUNNING)
+        )
+        for job_id in waiting:
+            record = records.get(job_id)
+            if record is None or record.state is not S.WAITING:
+                continue
+            choice = choose_victims(snapshot, fabric, job_id, now, priorities, exclude=exclude)
+            if not choice.victims:
+                continue
+            result.chosen = choice
+            log.info(
+                "preempting for job %d: %s [%s] %s",
+                job_id,
+                ",".join(str(v.job_id) for v in choice.victims),
+                choice.reason.value,
+                choice.detail,
+            )
+            for victim in choice.victims:
+                row_id = self._record_signal(
+                    records[victim.job_id], job_id, victim.lost_gpu_seconds, now, plan_id
+                )
+                self._signal(row_id, victim.job_id, result)
+            return
+
+    def _record_signal(
+        self, record: ManagedJob, for_job: int, estimate: float, now: float, plan_id: int | None
+    ) -> int:
+        with self.store.begin() as session:
+            self._transition(
+                session,
+                record,
+                S.SIGNALLED,
+                "preempt-signal",
+                "preempt",
+                f"for job {for_job}; {estimate:.0f} GPU-s since last checkpoint",
+                now,
+            )
+            row = Preemption(
+                plan_id=plan_id,
+                victim_job_id=record.job_id,
+                victim_submit_time=record.slurm_submit_time,
+                for_job_id=for_job,
+                signal=self.settings.signal,
+                signalled_at=now,
+            )
+            session.add(row)
+            session.flush()
+            return int(row.id)
+
+    def _signal(self, row_id: int, job_id: int, result: PreemptResult) -> None:
+        try:
+            self.client.signal(job_id, self.settings.signal, batch_only=True)
+        except SlurmCommandError as exc:
+            result.failed[job_id] = str(exc)
+            log.warning("preemption %d: signal to job %d failed: %s", row_id, job_id, exc)
+            return
+        self._sent.add(row_id)
+        result.signalled.append(job_id)
+        log.info("preemption %d: sent %s to job %d", row_id, self.settings.signal, job_id)
+
+    # -- store helpers --------------------------------------------------------------------------
+    def _transition(
+        self,
+        session: Session,
+        record: ManagedJob,
+        to_state: ManagedJobState,
+        action: str,
+        reason: str,
+        detail: str,
+        now: float,
+    ) -> None:
+        attempt = next_attempt(session, record.job_id, record.slurm_submit_time, action)
+        key = idempotency_key(record.job_id, record.slurm_submit_time, action, attempt)
+        transition(session, record.job_id, to_state, reason, detail, key, now=now)
+
+    def _row(self, row_id: int) -> Preemption | None:
+        with self.store.begin() as session:
+            row = session.get(Preemption, row_id)
+            if row is not None:
+                session.expunge(row)
+            return row
+
+    def _close(self, row_id: int, outcome: str) -> None:
+        with self.store.begin() as session:
+            row = session.get(Preemption, row_id)
+            if row is not None and row.outcome is None:
+                row.outcome = outcome
+
+
+__all__ = [
+    "CANCELLED",
+    "KEEP_RUNNING",
+    "REQUEUED",
+    "REQUEUED_WITHOUT_ACK",
+    "REQUEUE_ANYWAY",
+    "VICTIM_ENDED",
+    "PreemptResult",
+    "PreemptionSettings",
+    "Preempter",
+]

@@ -1,0 +1,480 @@
+"""Prometheus metrics of one daemon: what the cluster looks like, and what the daemon did.
+
+One :class:`DaemonMetrics` per daemon owns its own ``CollectorRegistry`` (never
+the process-wide default, so tests and several daemons in one process do not
+collide).  Its ``observe_*`` methods only copy figures from a snapshot, a
+fragmentation report, a plan or a cycle's result into the metrics: no Slurm
+calls, no clock reads, so a test feeds hand-built inputs and reads the values
+back.  :meth:`DaemonMetrics.instrument` wraps the daemon's Slurm client so
+every write it makes (pin, release, hold, comment, ...) and every adapter
+error is counted where it happens, whoever makes the call.
+
+:func:`serve` exposes the registry over HTTP with
+``prometheus_client.start_http_server``; ``docs/metrics.md`` lists every
+metric with example PromQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections import Counter as Tally
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, TypeVar
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from slurmopt import __version__
+from slurmopt.daemon.managed import is_managed
+from slurmopt.errors import SlurmError
+from slurmopt.model import ClusterSnapshot, Node, NodeState
+from slurmopt.policy.fragmentation import FragmentationReport
+from slurmopt.policy.plan import Plan
+from slurmopt.slurm.base import SlurmClient
+
+if TYPE_CHECKING:
+    from slurmopt.daemon.loop import CycleResult
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Address the metrics endpoint binds to unless told otherwise: local scrapes only.
+DEFAULT_METRICS_ADDRESS = "127.0.0.1"
+
+#: Seconds from submit to start: a second to a week.
+WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400, 604800)
+#: Seconds one planning pass takes: a millisecond to half a minute.
+PLAN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+#: Seconds from asking a job to checkpoint to its acknowledgement.
+CHECKPOINT_ACK_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
+
+#: Distinct ``reason`` values the unavailable-nodes gauge shows; the rest add up under "other".
+MAX_NODE_REASONS = 16
+#: Longest ``reason`` value, in characters.
+MAX_REASON_LENGTH = 48
+OTHER_REASON = "other"
+
+#: Client methods that change Slurm, and the ``kind`` each counts under.
+ACTION_KINDS = {
+    "pin": "pin",
+    "release": "release",
+    "hold": "hold",
+    "set_comment": "comment",
+    "signal": "signal",
+    "requeue": "requeue",
+    "shrink": "shrink",
+    "submit": "submit",
+    "drain": "drain",
+}
+
+#: Coarse node states for the unavailable-nodes gauge, first match wins.
+_STATE_CLASSES: tuple[tuple[str, frozenset[str]], ...] = (
+    ("drain", frozenset({"DRAIN", "DRAINING", "DRAINED"})),
+    ("down", frozenset({"DOWN"})),
+    ("not_responding", frozenset({"NOT_RESPONDING"})),
+    ("fail", frozenset({"FAIL", "FAILING", "ERROR"})),
+    ("maintenance", frozenset({"MAINTENANCE", "MAINT", "RESERVED"})),
+    ("powered_down", frozenset({"POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "POWERING_UP"})),
+    ("reboot", frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})),
+    ("invalid", frozenset({"INVALID_REG", "INVALID"})),
+    ("future", frozenset({"FUTURE"})),
+)
+
+
+class PreemptionOutcome(StrEnum):
+    """How one preemption of a running job ended (the ``outcome`` label)."""
+
+    ACKNOWLEDGED = "acknowledged"  # the job acknowledged its checkpoint, then was requeued
+    NOT_ACKNOWLEDGED = "not_acknowledged"  # requeued after the deadline without an ack
+    FAILED = "failed"  # the requeue itself failed
+
+
+def node_state_class(node: Node) -> str:
+    """A bounded name for why ``node`` is out of service: drain, down, not_responding, ..."""
+    marks = set(node.flags) | {node.state.value}
+    for name, members in _STATE_CLASSES:
+        if marks & members:
+            return name
+    return node.state.value.lower() if node.state is not NodeState.UNKNOWN else "unknown"
+
+
+def normalise_reason(reason: str, fallback: str) -> str:
+    """Slurm's free-text node reason made into a label value of bounded variety.
+
+    Lower case, Slurm's ``[user@time]`` suffix dropped, GPU indices and node
+    numbers folded (``gpu3:xid79`` -> ``gpu:xid79``, ``gpu017`` -> ``gpu``), spaces collapsed to one
+    ``_``, at most :data:`MAX_REASON_LENGTH` characters; ``fallback`` when empty.
+    """
+    text = re.sub(r"\s*\[[^\]]*\]\s*$", "", reason.strip()).lower()
+    text = re.sub(r"\b(gpu|node|nid)\d+\b", r"\1", text)
+    text = re.sub(r"\s+", "_", text.strip())
+    text = re.sub(r"[^a-z0-9_:.,/+=-]", "", text)
+    return text[:MAX_REASON_LENGTH] or fallback
+
+
+def unavailable_nodes_by_reason(
+    nodes: Iterable[Node], max_reasons: int = MAX_NODE_REASONS
+) -> dict[tuple[str, str], int]:
+    """Unavailable nodes counted by (state class, normalised reason), at most ``max_reasons``.
+
+    The most common reasons keep their own value; the rest of each state
+    class is counted under ``other``, so the sum always equals the number
+    of unavailable nodes.
+    """
+    counts: Tally[tuple[str, str]] = Tally()
+    for node in nodes:
+        if node.available:
+            continue
+        state = node_state_class(node)
+        counts[(state, normalise_reason(node.reason, state))] += 1
+    kept = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:max_reasons]
+    out: dict[tuple[str, str], int] = dict(kept)
+    for (state, _reason), n in sorted(counts.items()):
+        if (state, _reason) not in out:
+            key = (state, OTHER_REASON)
+            out[key] = out.get(key, 0) + n
+    return out
+
+
+class _UnavailableNodesCollector(Collector):
+    """Serves the latest unavailable-node counts; one swap per update, so a scrape sees one set."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "slurmopt_unavailable_nodes",
+            "Nodes out of service for new work, by state class and normalised Slurm reason.",
+            labels=["state", "reason"],
+        )
+        for (state, reason), count in sorted(self.counts.items()):
+            family.add_metric([state, reason], count)
+        yield family
+
+
+class DaemonMetrics:
+    """Every metric one daemon exports, in its own registry, and the updates that feed them.
+
+    ``managed_partitions`` decides which pending jobs count as managed, as
+    the daemon does.  Job wait times are observed once per start: a job
+    running in the first snapshot seen counts as already started (its wait
+    is unknown to this daemon) and is never observed.
+    """
+
+    def __init__(self, managed_partitions: Collection[str] = ()) -> None:
+        self.managed_partitions = tuple(managed_partitions)
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.gpus_capacity = Gauge(
+            "slurmopt_gpus_capacity", "Every GPU Slurm configures on the nodes.", registry=r
+        )
+        self.gpus_allocated = Gauge(
+            "slurmopt_gpus_allocated", "GPUs Slurm has allocated to jobs.", registry=r
+        )
+        self.gpus_free = Gauge(
+            "slurmopt_gpus_free", "Unallocated GPUs on nodes in service.", registry=r
+        )
+        self.gpus_stranded = Gauge(
+            "slurmopt_gpus_stranded",
+            "Free GPUs on nodes already in use: only jobs that fit beside the running ones.",
+            registry=r,
+        )
+        self.gpus_unavailable = Gauge(
+            "slurmopt_gpus_unavailable",
+            "Unallocated GPUs on nodes out of service (drained, down, ...).",
+            registry=r,
+        )
+        self.fragmentation_index = Gauge(
+            "slurmopt_fragmentation_index",
+            "Stranded GPUs over free GPUs (0 to 1; 0 when nothing is free).",
+            registry=r,
+        )
+        self.fgd_unusable_share = Gauge(
+            "slurmopt_fgd_unusable_share",
+            "Expected share of free GPUs a queued job shape could not use (NaN: no GPU jobs).",
+            registry=r,
+        )
+        self.largest_job_nodes = Gauge(
+            "slurmopt_largest_job_now_nodes",
+            "Whole free nodes: the largest whole-node job that could start now.",
+            registry=r,
+        )
+        self.largest_leaf_job_nodes = Gauge(
+            "slurmopt_largest_job_now_leaf_nodes",
+            "Most whole free nodes under one leaf switch.",
+            registry=r,
+        )
+        self.largest_node_gpus = Gauge(
+            "slurmopt_largest_job_now_node_gpus",
+            "Most free GPUs on one node in service.",
+            registry=r,
+        )
+        self.pending_jobs = Gauge("slurmopt_pending_jobs", "Pending jobs, all of them.", registry=r)
+        self.pending_managed_jobs = Gauge(
+            "slurmopt_pending_managed_jobs", "Pending jobs slurmopt manages.", registry=r
+        )
+        self.job_wait = Histogram(
+            "slurmopt_job_wait_seconds",
+            "Seconds from submit to start, observed once per job start.",
+            ["managed"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.plan_duration = Histogram(
+            "slurmopt_plan_duration_seconds",
+            "Seconds one planning pass took.",
+            buckets=PLAN_BUCKETS,
+            registry=r,
+        )
+        self.plan_jobs = Gauge(
+            "slurmopt_plan_jobs",
+            "Jobs in the last plan: started now, given a reservation, not started (reserved too).",
+            ["decision"],
+            registry=r,
+        )
+        self.cycles = Counter(
+            "slurmopt_cycles", "Daemon cycles, by the mode each ended in.", ["mode"], registry=r
+        )
+        self.slurm_errors = Counter(
+            "slurmopt_slurm_errors",
+            "Failed Slurm adapter calls, by error type and operation.",
+            ["error", "operation"],
+            registry=r,
+        )
+        self.actions = Counter(
+            "slurmopt_actions",
+            "Changes made in Slurm that succeeded, by kind (pin, release, hold, comment, ...).",
+            ["kind"],
+            registry=r,
+        )
+        self.preemptions = Counter(
+            "slurmopt_preemptions",
+            "Running jobs preempted (checkpointed and requeued), by outcome.",
+            ["outcome"],
+            registry=r,
+        )
+        self.checkpoint_ack = Histogram(
+            "slurmopt_checkpoint_ack_seconds",
+            "Seconds from asking a job to checkpoint to its acknowledgement.",
+            buckets=CHECKPOINT_ACK_BUCKETS,
+            registry=r,
+        )
+        self.info = Info(
+            "slurmopt_daemon", "The daemon's version and its last cycle's mode.", registry=r
+        )
+        self.last_success = Gauge(
+            "slurmopt_last_successful_cycle_timestamp_seconds",
+            "Epoch seconds at the end of the last cycle that read Slurm and planned.",
+            registry=r,
+        )
+        self._unavailable_nodes = _UnavailableNodesCollector()
+        r.register(self._unavailable_nodes)
+        self.fgd_unusable_share.set(float("nan"))
+        self.info.info({"version": __version__, "mode": "starting"})
+        for kind in sorted(set(ACTION_KINDS.values())):
+            self.actions.labels(kind)
+        for outcome in PreemptionOutcome:
+            self.preemptions.labels(outcome.value)
+        for managed in ("true", "false"):
+            self.job_wait.labels(managed)
+        self._lock = threading.Lock()
+        self._seen_starts: set[tuple[int, float]] | None = None
+
+    # -- updates -------------------------------------------------------------------------------
+    def observe_snapshot(self, snapshot: ClusterSnapshot) -> None:
+        """Queue lengths, unavailable nodes, and the wait of each job started since last call."""
+        pending = snapshot.pending_jobs()
+        self.pending_jobs.set(len(pending))
+        self.pending_managed_jobs.set(
+            sum(1 for j in pending if is_managed(j, self.managed_partitions))
+        )
+        self._unavailable_nodes.counts = unavailable_nodes_by_reason(snapshot.nodes.values())
+        with self._lock:
+            starts = {
+                (j.job_id, j.start_time): j
+                for j in snapshot.active_jobs()
+                if j.start_time is not None
+            }
+            if self._seen_starts is not None:
+                for key, job in sorted(starts.items(), key=lambda kv: kv[0][0]):
+                    if key in self._seen_starts or job.submit_time is None:
+                        continue
+                    managed = "true" if is_managed(job, self.managed_partitions) else "false"
+                    wait = max(0.0, key[1] - job.submit_time)
+                    self.job_wait.labels(managed).observe(wait)
+            # Only running jobs are kept: a start never reappears once its job has ended.
+            self._seen_starts = set(starts)
+
+    def observe_fragmentation(self, report: FragmentationReport) -> None:
+        """GPU counts, fragmentation and the largest job that could start now."""
+        self.gpus_capacity.set(report.total_gpus)
+        self.gpus_allocated.set(report.allocated_gpus)
+        self.gpus_free.set(report.free_gpus)
+        self.gpus_stranded.set(report.stranded_gpus)
+        self.gpus_unavailable.set(report.unavailable_gpus)
+        self.fragmentation_index.set(report.fragmentation_index)
+        share = report.fgd_unusable_share
+        self.fgd_unusable_share.set(float("nan") if share is None else share)
+        self.largest_job_nodes.set(report.largest_job_now.whole_nodes)
+        self.largest_leaf_job_nodes.set(report.largest_job_now.whole_nodes_on_one_leaf)
+        self.largest_node_gpus.set(report.largest_job_now.gpus_on_one_node)
+
+    def observe_plan(self, plan: Plan, duration_s: float) -> None:
+        """How long the planning pass took; how many jobs it starts, reserves, leaves waiting."""
+        self.plan_duration.observe(max(0.0, duration_s))
+        self.plan_jobs.labels("start").set(len(plan.actions))
+        self.plan_jobs.labels("reserve").set(len(plan.reservations))
+        self.plan_jobs.labels("not_started").set(len(plan.unplaced))
+
+    def observe_cycle(self, result: CycleResult, now: float) -> None:
+        """Count the cycle by mode; a cycle that planned is a success at ``now``."""
+        mode = str(result.mode)
+        self.cycles.labels(mode).inc()
+        self.info.info({"version": __version__, "mode": mode})
+        if result.plan is not None:
+            self.last_success.set(now)
+
+    def record_preemption(
+        self, outcome: PreemptionOutcome | str, ack_seconds: float | None = None
+    ) -> None:
+        """One running job preempted; ``ack_seconds`` when its checkpoint was acknowledged.
+
+        For the preemption code to call; an unknown ``outcome`` is a ValueError
+        (the label set stays bounded).
+        """
+        self.preemptions.labels(PreemptionOutcome(outcome).value).inc()
+        if ack_seconds is not None:
+            self.observe_checkpoint_ack(ack_seconds)
+
+    def observe_checkpoint_ack(self, seconds: float) -> None:
+        """Seconds a job took to acknowledge a checkpoint request."""
+        self.checkpoint_ack.observe(max(0.0, seconds))
+
+    def count_slurm_error(self, exc: SlurmError, operation: str) -> None:
+        self.slurm_errors.labels(type(exc).__name__, operation).inc()
+
+    def count_action(self, operation: str) -> None:
+        kind = ACTION_KINDS.get(operation)
+        if kind is not None:
+            self.actions.labels(kind).inc()
+
+    def instrument(self, client: SlurmClient) -> SlurmClient:
+        """``client`` with every call counted here (an already instrumented one is kept)."""
+        if isinstance(client, InstrumentedSlurmClient) and client.metrics is self:
+            return client
+        return InstrumentedSlurmClient(client, self)
+
+
+class InstrumentedSlurmClient:
+    """A Slurm client that counts its successful writes and its adapter errors, then delegates.
+
+    Errors are re-raised unchanged; attributes it does not define (a fake's
+    test hooks, say) are the wrapped client's.
+    """
+
+    def __init__(self, inner: SlurmClient, metrics: DaemonMetrics) -> None:
+        self.inner = inner
+        self.metrics = metrics
+        self.name = inner.name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+    def _call(self, operation: str, call: Callable[[], T]) -> T:
+        try:
+            out = call()
+        except SlurmError as exc:
+            self.metrics.count_slurm_error(exc, operation)
+            raise
+        self.metrics.count_action(operation)
+        return out
+
+    def snapshot(self) -> ClusterSnapshot:
+        return self._call("snapshot", self.inner.snapshot)
+
+    def topology_text(self) -> str | None:
+        return self._call("topology_text", self.inner.topology_text)
+
+    def hold(self, job_id: int) -> None:
+        self._call("hold", lambda: self.inner.hold(job_id))
+
+    def release(self, job_id: int) -> None:
+        self._call("release", lambda: self.inner.release(job_id))
+
+    def pin(self, job_id: int, nodes: Sequence[str]) -> None:
+        self._call("pin", lambda: self.inner.pin(job_id, nodes))
+
+    def signal(self, job_id: int, signal: str, batch_only: bool = True) -> None:
+        self._call("signal", lambda: self.inner.signal(job_id, signal, batch_only))
+
+    def requeue(self, job_id: int, hold: bool = True) -> None:
+        self._call("requeue", lambda: self.inner.requeue(job_id, hold))
+
+    def shrink(self, job_id: int, node_count: int) -> None:
+        self._call("shrink", lambda: self.inner.shrink(job_id, node_count))
+
+    def set_comment(self, job_id: int, text: str, admin: bool = True) -> None:
+        self._call("set_comment", lambda: self.inner.set_comment(job_id, text, admin))
+
+    def submit(self, argv: Sequence[str], script: str | None = None) -> int:
+        return self._call("submit", lambda: self.inner.submit(argv, script))
+
+    def drain(self, node: str, reason: str) -> None:
+        self._call("drain", lambda: self.inner.drain(node, reason))
+
+
+@dataclass
+class MetricsServer:
+    """The HTTP endpoint serving one registry; :meth:`close` stops it and frees the port."""
+
+    server: WSGIServer
+    thread: threading.Thread
+    address: str
+    port: int
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def serve(
+    metrics: DaemonMetrics, port: int, address: str = DEFAULT_METRICS_ADDRESS
+) -> MetricsServer:
+    """Serve ``metrics`` at ``http://address:port/metrics`` from a daemon thread.
+
+    Port 0 asks the kernel for a free port (the chosen one is in the
+    result).  A port in use or an address not on this host raises OSError.
+    """
+    server, thread = start_http_server(port, address, registry=metrics.registry)
+    bound = int(server.server_address[1])
+    log.info("serving metrics on http://%s:%d/metrics", address, bound)
+    return MetricsServer(server, thread, address, bound)
+
+
+__all__ = [
+    "DEFAULT_METRICS_ADDRESS",
+    "DaemonMetrics",
+    "InstrumentedSlurmClient",
+    "MetricsServer",
+    "PreemptionOutcome",
+    "node_state_class",
+    "normalise_reason",
+    "serve",
+    "unavailable_nodes_by_reason",
+]

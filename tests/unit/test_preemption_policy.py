@@ -1,0 +1,123 @@
+"""Victim choice: whole gangs, least lost work, then fewest victims, checked by the planner."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from slurmopt.model import Job, Node
+from slurmopt.policy.preemption import (
+    PreemptReason,
+    choose_victims,
+    is_preemptible,
+    lost_work,
+    without,
+)
+from tests.unit.test_plan_helpers import (
+    NOW,
+    gpu_node,
+    leaf_fabric,
+    pending,
+    running,
+    snapshot,
+)
+
+PRE = "slurmopt:managed,preemptible"
+LEAVES = {"a": ["a0", "a1", "a2", "a3"], "b": ["b0", "b1", "b2", "b3"]}
+
+
+def job(job_id: int, nodes: list[str], comment: str = PRE, started_ago: float = 100.0) -> Job:
+    return dataclasses.replace(
+        running(job_id, nodes), comment=comment, start_time=NOW - started_ago
+    )
+
+
+def full_cluster(jobs: list[Job]) -> list[Node]:
+    """Every node of both leaves fully allocated (``jobs`` say by whom)."""
+    return [gpu_node(n, alloc=8) for names in LEAVES.values() for n in names]
+
+
+def test_least_lost_work_wins_and_the_whole_gang_goes() -> None:
+    jobs = [
+        job(1, ["a0", "a1"], started_ago=1000),
+        job(2, ["a2", "a3"], comment=PRE + f",ckpt=40@{int(NOW - 5)}", started_ago=1000),
+        job(3, ["b0", "b1", "b2", "b3"], comment="slurmopt:managed", started_ago=10),
+        pending(10, nodes=2, comment="slurmopt:managed"),
+    ]
+    snap = snapshot(full_cluster(jobs), jobs)
+    choice = choose_victims(snap, leaf_fabric(LEAVES), 10, NOW)
+    assert choice.reason is PreemptReason.PREEMPT_LEAST_LOST_WORK, choice.detail
+    assert [v.job_id for v in choice.victims] == [2]
+    victim = choice.victims[0]
+    assert victim.nodes == ("a2", "a3") and victim.last_checkpoint_step == 40
+    assert victim.lost_gpu_seconds == 5 * 16
+    assert set(choice.nodes) == {"a2", "a3"}
+
+
+def test_fewest_victims_break_a_tie_in_lost_work() -> None:
+    jobs = [
+        job(1, ["a0"], started_ago=50),
+        job(2, ["a1"], started_ago=50),
+        job(3, ["a2", "a3"], started_ago=25),
+        job(4, ["b0", "b1", "b2", "b3"], comment="", started_ago=10),
+        pending(10, nodes=2, comment="slurmopt:managed"),
+    ]
+    snap = snapshot(full_cluster(jobs), jobs)
+    choice = choose_victims(snap, leaf_fabric(LEAVES), 10, NOW)
+    assert [v.job_id for v in choice.victims] == [3]
+
+
+def test_several_small_victims_when_cheaper_than_one_big() -> None:
+    jobs = [
+        job(1, ["a0"], started_ago=10),
+        job(2, ["a1"], started_ago=10),
+        job(3, ["a2", "a3"], started_ago=1000),
+        job(4, ["b0", "b1", "b2", "b3"], comment="", started_ago=10),
+        pending(10, nodes=2, comment="slurmopt:managed"),
+    ]
+    choice = choose_victims(snapshot(full_cluster(jobs), jobs), leaf_fabric(LEAVES), 10, NOW)
+    assert [v.job_id for v in choice.victims] == [1, 2]
+    assert choice.lost_gpu_seconds == 2 * 10 * 8
+
+
+def test_nothing_preemptible_or_not_enough() -> None:
+    jobs = [
+        job(1, ["a0", "a1", "a2", "a3"], comment="slurmopt:managed"),
+        job(2, ["b0"]),
+        job(3, ["b1", "b2", "b3"], comment=""),
+        pending(10, nodes=2, comment="slurmopt:managed"),
+    ]
+    snap = snapshot(full_cluster(jobs), jobs)
+    choice = choose_victims(snap, leaf_fabric(LEAVES), 10, NOW)
+    assert choice.reason is PreemptReason.NOT_ENOUGH_EVEN_IF_PREEMPTED
+    assert choice.victims == ()
+    no_pre = [j for j in jobs if j.job_id != 2]
+    choice = choose_victims(snapshot(full_cluster(no_pre), no_pre), leaf_fabric(LEAVES), 10, NOW)
+    assert choice.reason is PreemptReason.NO_PREEMPTIBLE_JOBS
+
+
+def test_a_preemptible_job_preempts_only_lower_priority() -> None:
+    jobs = [
+        job(1, ["a0", "a1", "a2", "a3"]),
+        job(2, ["b0", "b1", "b2", "b3"], comment=""),
+        pending(10, nodes=2, comment=PRE),
+    ]
+    snap = snapshot(full_cluster(jobs), jobs)
+    fabric = leaf_fabric(LEAVES)
+    assert not choose_victims(snap, fabric, 10, NOW, {10: 5, 1: 5}).victims
+    assert [v.job_id for v in choose_victims(snap, fabric, 10, NOW, {10: 6, 1: 5}).victims] == [1]
+    assert choose_victims(snap, fabric, 99, NOW).reason is PreemptReason.NOT_A_CANDIDATE
+
+
+def test_lost_work_ignores_an_ack_from_before_the_current_run() -> None:
+    old_ack = job(1, ["a0"], comment=PRE + f",ckpt=7@{int(NOW - 500)}", started_ago=100)
+    assert lost_work(old_ack, NOW) == (100 * 8, None)
+    assert is_preemptible(old_ack)
+    assert not is_preemptible(job(2, ["a1"], comment="slurmopt:oops"))
+
+
+def test_without_frees_the_victims_gpus() -> None:
+    jobs = [job(1, ["a0", "a1"]), job(2, ["a2"])]
+    snap = snapshot([gpu_node("a0", alloc=8), gpu_node("a1", alloc=8), gpu_node("a2", 8)], jobs)
+    freed = without(snap, [jobs[0]])
+    assert freed.nodes["a0"].gpus_free == 8 and freed.nodes["a2"].gpus_free == 0
+    assert set(freed.jobs) == {2}
