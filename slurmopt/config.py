@@ -76,6 +76,10 @@ class Config:
     pin_timeout_s: float = 300.0
     metrics_port: int = 9817
     log_level: str = "info"
+    preempt_enabled: bool = True
+    preempt_signal: str = "USR2"
+    preempt_grace_s: float = 120.0
+    preempt_on_no_ack: str = "keep-running"
     sources: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False
     )
@@ -114,11 +118,11 @@ def _describe(value: object) -> str:
 
 def _coerce(key: str, value: object) -> Any:
     """``value`` checked and converted for ``key``; raises ValueError saying what is wrong."""
-    if key == "enforce":
+    if key in ("enforce", "preempt_enabled"):
         if not isinstance(value, bool):
             raise ValueError(f"expected true or false, got {_describe(value)}")
         return value
-    if key in ("interval_s", "heartbeat_max_age_s", "pin_timeout_s"):
+    if key in ("interval_s", "heartbeat_max_age_s", "pin_timeout_s", "preempt_grace_s"):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"expected a number of seconds, got {_describe(value)}")
         number = float(value)
@@ -147,6 +151,13 @@ def _coerce(key: str, value: object) -> Any:
         raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
     if key == "log_level":
         return value.lower()
+    if key == "preempt_signal":
+        name = value.strip().upper().removeprefix("SIG")
+        if not name.isalnum() or name == "USR1":
+            raise ValueError(f"must be a signal name other than USR1 (NCCL's), got {value!r}")
+        return name
+    if key == "preempt_on_no_ack" and value not in ("keep-running", "requeue-anyway"):
+        raise ValueError(f"must be keep-running or requeue-anyway, got {value!r}")
     if key == "rest_url" and value and not value.startswith(("unix:", "http://", "https://")):
         raise ValueError(f"must start with unix:, http:// or https://, got {value!r}")
     if key in ("db", "heartbeat_path") and not value:

@@ -169,7 +169,7 @@ class Daemon:
             may_hold=self._may_act_now,
         )
         self.actuator = Actuator(store, client, self.managed_partitions)
-        self.preempter = Preempter(store, client, PreemptionSettings.from_environ())
+        self.preempter = Preempter(store, client, PreemptionSettings.from_config(config))
 
     # -- permission to act -------------------------------------------------------------------
     def _disabled(self) -> bool:

@@ -32,6 +32,7 @@ A new preemption starts only when none is in flight.  See
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from slurmopt.config import Config
 from slurmopt.daemon.actuator import HAND_BACK_REASONS
 from slurmopt.daemon.reconcile import next_attempt
 from slurmopt.errors import ConfigError, SlurmCommandError
@@ -85,25 +87,39 @@ class PreemptionSettings:
     on_no_ack: str = KEEP_RUNNING
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> PreemptionSettings:
+    def from_config(
+        cls, config: Config, environ: Mapping[str, str] | None = None
+    ) -> PreemptionSettings:
+        """The config's ``preempt_*`` keys; ``SLURMOPT_PREEMPT*`` variables override them."""
         env = os.environ if environ is None else environ
-        enabled = env.get("SLURMOPT_PREEMPT", "1").strip().lower() not in ("0", "false", "no")
-        signal = env.get("SLURMOPT_PREEMPT_SIGNAL", DEFAULT_SIGNAL).strip().upper()
-        signal = signal.removeprefix("SIG")
-        if not signal.isalnum() or signal == "USR1":
-            raise ConfigError(f"SLURMOPT_PREEMPT_SIGNAL: bad or reserved signal {signal!r}")
-        try:
-            grace = float(env.get("SLURMOPT_PREEMPT_GRACE_S", "120"))
-        except ValueError:
-            raise ConfigError("SLURMOPT_PREEMPT_GRACE_S: expected seconds") from None
-        if grace <= 0:
-            raise ConfigError("SLURMOPT_PREEMPT_GRACE_S: must be positive")
-        policy = env.get("SLURMOPT_PREEMPT_ON_NO_ACK", KEEP_RUNNING)
-        if policy not in (KEEP_RUNNING, REQUEUE_ANYWAY):
-            raise ConfigError(
-                f"SLURMOPT_PREEMPT_ON_NO_ACK: {policy!r} is not {KEEP_RUNNING} or {REQUEUE_ANYWAY}"
+        overrides: dict[str, object] = {}
+        if "SLURMOPT_PREEMPT" in env:
+            overrides["preempt_enabled"] = env["SLURMOPT_PREEMPT"].strip().lower() not in (
+                "0",
+                "false",
+                "no",
             )
-        return cls(enabled=enabled, signal=signal, grace_s=grace, on_no_ack=policy)
+        if "SLURMOPT_PREEMPT_SIGNAL" in env:
+            overrides["preempt_signal"] = env["SLURMOPT_PREEMPT_SIGNAL"]
+        if "SLURMOPT_PREEMPT_GRACE_S" in env:
+            try:
+                overrides["preempt_grace_s"] = float(env["SLURMOPT_PREEMPT_GRACE_S"])
+            except ValueError:
+                raise ConfigError("SLURMOPT_PREEMPT_GRACE_S: expected seconds") from None
+        if "SLURMOPT_PREEMPT_ON_NO_ACK" in env:
+            overrides["preempt_on_no_ack"] = env["SLURMOPT_PREEMPT_ON_NO_ACK"]
+        merged = dataclasses.replace(config, **overrides) if overrides else config  # type: ignore[arg-type]
+        return cls(
+            enabled=merged.preempt_enabled,
+            signal=merged.preempt_signal,
+            grace_s=merged.preempt_grace_s,
+            on_no_ack=merged.preempt_on_no_ack,
+        )
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> PreemptionSettings:
+        """Defaults with only the ``SLURMOPT_PREEMPT*`` variables applied."""
+        return cls.from_config(Config(), environ)
 
 
 @dataclass

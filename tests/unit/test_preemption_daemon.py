@@ -285,3 +285,25 @@ def test_preemptions_command_lists_lost_work_and_overhead(tmp_path: Path, store:
     assert table.exit_code == 0 and "requeued" in table.output
     missing = CliRunner().invoke(cli, ["preemptions", "--db", f"sqlite:///{tmp_path / 'no.db'}"])
     assert missing.exit_code != 0
+
+
+def test_preemption_settings_come_from_the_config_and_the_environment_overrides_them() -> None:
+    from slurmopt.config import Config
+    from slurmopt.daemon.preempt import PreemptionSettings
+    from slurmopt.errors import ConfigError
+
+    config = Config(
+        preempt_grace_s=45.0, preempt_on_no_ack="requeue-anyway", preempt_signal="sigterm"
+    )
+    settings = PreemptionSettings.from_config(config, environ={})
+    assert (settings.grace_s, settings.on_no_ack, settings.signal) == (
+        45.0,
+        "requeue-anyway",
+        "TERM",
+    )
+    env = {"SLURMOPT_PREEMPT_GRACE_S": "30", "SLURMOPT_PREEMPT": "0"}
+    overridden = PreemptionSettings.from_config(config, environ=env)
+    assert overridden.grace_s == 30.0 and overridden.enabled is False
+    assert overridden.on_no_ack == "requeue-anyway"
+    with pytest.raises(ConfigError, match="USR1"):
+        PreemptionSettings.from_config(config, environ={"SLURMOPT_PREEMPT_SIGNAL": "USR1"})
