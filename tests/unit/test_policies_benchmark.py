@@ -1,0 +1,120 @@
+"""Smoke test of ``benchmarks/policies.py`` on the tiny trace fixtures (never the real traces)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "traces"
+
+
+def _load_benchmark() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "policies_benchmark", ROOT / "benchmarks" / "policies.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_benchmark()
+
+
+def test_cluster_rule_holds_four_copies_of_the_largest_job_on_whole_leaves() -> None:
+    trace = bench.load_window(str(FIXTURES / "philly.csv"), "philly-sia", None)
+    nodes, demand = bench.size_cluster(trace)
+    largest = max(j.nodes for j in trace.jobs)
+    assert largest > 1  # the fixture has a 16-GPU gang
+    assert nodes % bench.NODES_PER_LEAF == 0
+    assert nodes >= bench.LARGEST_JOB_COPIES * largest
+    assert nodes >= 2 * bench.NODES_PER_LEAF  # gangs need at least two leaves to choose from
+    assert demand > 0
+
+
+def test_replay_compare_and_render_on_a_fixture() -> None:
+    trace = bench.load_window(str(FIXTURES / "tiresias.csv"), "tiresias", None)
+    nodes, _ = bench.size_cluster(trace)
+    rows = []
+    for policy in ("slurm-backfill-tree", "slurmopt"):
+        case = bench.Case(
+            "tiny", str(FIXTURES / "tiresias.csv"), "tiresias", None, bench.fabric_spec(nodes),
+            0.01, True, policy,
+        )  # fmt: skip
+        row = bench.run_case(case, series=True)
+        assert "error" not in row, row
+        assert row["metrics"]["finished"] == len(trace.jobs)
+        assert row["series"]
+        row.pop("series")
+        rows.append(row)
+    comparison = bench.compare(rows)
+    assert [(c["label"], c["load"]) for c in comparison] == [("tiny", 0.01)]
+    assert set(comparison[0]["ratios"]) == set(bench.METRICS)
+    text = bench.render(
+        {
+            "date": "2000-01-01",
+            "machine": "test, nproc 1",
+            "command": "python benchmarks/policies.py",
+            "wall_s": 1.0,
+            "traces": [
+                {
+                    "label": "tiny",
+                    "file": "tiresias.csv",
+                    "limit_jobs": None,
+                    "jobs": len(trace.jobs),
+                    "multinode": 1,
+                    "demand": 1.0,
+                    "fabric": bench.fabric_spec(nodes),
+                    "gpus": nodes * 8,
+                }
+            ],  # fmt: skip
+            "rows": rows,
+            "comparison": comparison,
+            "comparison_off": [],
+            "plot": None,
+            "fill": None,
+        }
+    )
+    assert "| tiny | 0.01 |" in text
+    assert "python benchmarks/policies.py" in text
+
+
+def test_ratio_targets() -> None:
+    assert bench.ratio(2.0, 4.0) == 0.5
+    assert bench.ratio(0.0, 0.0) == 1.0
+    assert bench.ratio(1.0, 0.0) is None
+    assert bench.meets("avg_jct_s", 1.02) is True
+    assert bench.meets("avg_jct_s", 1.03) is False
+    assert bench.meets("avg_stranded_gpus", 0.6) is False
+    assert bench.meets("gpu_allocation_ratio_when_queued", 1.0) is False
+    assert bench.meets("gpu_allocation_ratio", 0.5) is None
+
+
+def test_fill_run_and_published_curve_on_fixtures() -> None:
+    case = bench.FillCase(
+        str(FIXTURES / "openb-fill.csv"), str(FIXTURES / "openb-nodes.csv"), "best-fit", 42
+    )
+    result = bench.run_fill(case)
+    assert result["gpus"] == 10
+    assert 0 < result["allocation_pct"] <= 100
+    curves = bench.published_curves(
+        FIXTURES / "fgd-results.csv", "openb_pod_list_default", ("BestFit",)
+    )
+    assert curves["BestFit"] == [(0, 0.0), (1, 1.0), (2, pytest.approx(1.95))]
+
+
+def test_missing_traces_fail_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--traces", str(tmp_path / "nowhere"), "--out", str(tmp_path)])
+    assert info.value.code == 66
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no traces directory" in err
+    assert not (tmp_path / "benchmarks.md").exists()
