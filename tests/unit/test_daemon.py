@@ -183,6 +183,8 @@ def _run(args: list[str], monkeypatch: pytest.MonkeyPatch, client: FakeSlurmClie
     monkeypatch.setattr(daemon_cli, "_connect", lambda _ctx, _cfg: client)
     monkeypatch.delenv("SLURMOPT_CONFIG", raising=False)
     monkeypatch.delenv("SLURMOPT_DB", raising=False)
+    # No site files: the fabric must come from the fake client, not a real slurm.conf's directory.
+    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurmopt-unit-test/slurm.conf")
     return CliRunner().invoke(cli, args)
 
 
