@@ -99,12 +99,20 @@ def _merge_shapes(shapes: Iterable[JobShape]) -> tuple[JobShape, ...]:
     return tuple(JobShape(n, d, w) for (n, d), w in sorted(weights.items()))
 
 
-def _job_gpus_per_node(job: Job) -> int:
-    if job.gpus_per_node > 0:
-        return job.gpus_per_node
-    if job.gpu_indices:
-        return max(len(v) for v in job.gpu_indices.values())
-    return 0
+def queue_shape(job: Job) -> tuple[int, int] | None:
+    """The job's (nodes, GPUs per node) in the queue's job-size distribution, or None.
+
+    Pending and running GPU jobs count; one job at a time, so the planner can
+    keep the distribution up to date as jobs come and go.
+    """
+    if not (job.is_pending or job.is_active):
+        return None
+    per_node = job.gpus_per_node
+    if per_node <= 0 and job.gpu_indices:
+        per_node = max(len(v) for v in job.gpu_indices.values())
+    if per_node <= 0:
+        return None
+    return (max(job.node_count, len(job.nodes), 1), per_node)
 
 
 def _job_in_partition(job: Job, partition: str | None) -> bool:
@@ -118,13 +126,9 @@ def queue_distribution(
     """One weight per pending or running GPU job (of the partition, if given)."""
     shapes = []
     for job in snapshot.jobs.values():
-        if not (job.is_pending or job.is_active) or not _job_in_partition(job, partition):
-            continue
-        per_node = _job_gpus_per_node(job)
-        if per_node <= 0:
-            continue
-        nodes = max(job.node_count, len(job.nodes), 1)
-        shapes.append(JobShape(nodes, per_node, 1.0))
+        shape = queue_shape(job) if _job_in_partition(job, partition) else None
+        if shape is not None:
+            shapes.append(JobShape(shape[0], shape[1], 1.0))
     return JobSizeDistribution(QUEUE_SOURCE, _merge_shapes(shapes))
 
 

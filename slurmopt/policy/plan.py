@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job, Node, Partition
 from slurmopt.policy.backfill import INFINITY, Timeline
-from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution
+from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution, queue_shape
 from slurmopt.policy.placement import Constraint, choose_leaves, fgd_increase, parse_constraint
 
 PLAN_SCHEMA_VERSION = 1
@@ -220,23 +220,6 @@ def _running_end(job: Job) -> float:
     return job.end_time if job.end_time is not None else INFINITY
 
 
-def _queue_shape(job: Job) -> tuple[int, int] | None:
-    """The job's (nodes, GPUs per node) in the queue's job-size distribution, or None.
-
-    The same rule as :func:`slurmopt.policy.fragmentation.queue_distribution`
-    (pending or running GPU jobs), one job at a time so counts can be kept up
-    to date as jobs come and go.
-    """
-    if not (job.is_pending or job.is_active):
-        return None
-    per_node = job.gpus_per_node
-    if per_node <= 0:
-        per_node = max((len(v) for v in job.gpu_indices.values()), default=0)
-        if per_node <= 0:
-            return None
-    return (max(job.node_count, len(job.nodes), 1), per_node)
-
-
 @dataclass
 class _Layout:
     """One partition's nodes as far as they depend on the node set and the fabric alone.
@@ -408,7 +391,7 @@ class PlannerCache:
         self._jobs[job_id] = job
         if job.is_pending:
             self._pending[job_id] = job
-        shape = _queue_shape(job)
+        shape = queue_shape(job)
         if shape is not None:
             self._shape_of[job_id] = shape
             self._shape_counts[shape] += 1
