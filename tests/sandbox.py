@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,6 +18,13 @@ from pathlib import Path
 
 DEFAULT_DIR = Path(os.environ.get("SLURMOPT_SANDBOX_DIR", "/tmp/slurmopt-sandbox"))
 LOCK_PATH = Path("/tmp/slurmopt-sandbox.lock")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def sandbox_conf() -> str | None:

@@ -15,13 +15,12 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.sandbox import SlurmSandbox
+from tests.sandbox import SlurmSandbox, free_port
 
 pytestmark = pytest.mark.slurm
 
@@ -128,10 +127,7 @@ def test_unreachable_controller_is_one_line(slurm: SlurmSandbox, tmp_path: Path)
     shutil.copytree(Path(slurm.conf).parent, etc)
     conf = etc / "slurm.conf"
     text = conf.read_text()
-    # A port nothing listens on: bind one, note it, and close it again.
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nothing listens there
     text = re.sub(r"(?m)^SlurmctldPort=.*$", f"SlurmctldPort={port}", text)
     if f"SlurmctldPort={port}" not in text:
         text += f"\nSlurmctldPort={port}\n"

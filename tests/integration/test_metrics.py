@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,17 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slurmopt.daemon.heartbeat import write_heartbeat
 from tests.integration.test_daemon import CLI, DaemonRun, _wait
-from tests.sandbox import SlurmSandbox
+from tests.sandbox import SlurmSandbox, free_port
 
 pytestmark = pytest.mark.slurm
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class MetricsDaemonRun(DaemonRun):
@@ -40,7 +33,7 @@ class MetricsDaemonRun(DaemonRun):
 
     def __init__(self, slurm: SlurmSandbox, tmp_path: Path) -> None:
         super().__init__(slurm, tmp_path)
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/metrics"
 
     def start(self) -> None:

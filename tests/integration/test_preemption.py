@@ -13,7 +13,6 @@ finishes with exactly the target number of steps on the same loss curve.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from sqlalchemy import select
 from slurmopt.elastic.tiny_train import reference_losses
 from slurmopt.store import Preemption
 from tests.integration.test_daemon import CLI, DaemonRun, _wait
-from tests.sandbox import SlurmSandbox
+from tests.sandbox import SlurmSandbox, free_port
 
 pytestmark = [pytest.mark.slurm, pytest.mark.preemption, pytest.mark.torch]
 
@@ -34,12 +33,6 @@ pytest.importorskip("torch")
 TRAIN = Path(__file__).resolve().parents[2] / "slurmopt" / "elastic" / "tiny_train.py"
 STEPS = 300
 GRACE_S = 30
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -75,7 +68,7 @@ def test_preempted_job_checkpoints_requeues_and_resumes(
     env = {
         **slurm.env,
         "SLURMOPT_RDZV_HOST": "127.0.0.1",
-        "SLURMOPT_RDZV_PORT": str(_free_port()),
+        "SLURMOPT_RDZV_PORT": str(free_port()),
         "SLURMOPT_CKPT_DIR": str(work / "local"),
         "SLURMOPT_CKPT_SHARED": str(work / "shared"),
         "SLURMOPT_PREEMPT_GRACE_S": str(GRACE_S),
