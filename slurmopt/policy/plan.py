@@ -140,13 +140,18 @@ class Policy:
     ``backfill_depth``: how many jobs that cannot start get a reservation
     (Slurm's ``bf_max_job_test`` plays the same role); jobs past it simply
     wait and may not delay any reservation.  ``require_single_leaf``: a gang
-    that fits on one leaf switch waits for one rather than spreading.
+    that fits on one leaf switch waits for one rather than spreading;
+    ``compact_wait_share`` bounds that wait (compare Slurm's ``bf_topopt``):
+    when one leaf frees up only later than this share of the job's time
+    limit from now, the gang starts now on the fewest leaves instead (None:
+    wait however long it takes).
     ``partitions``: the partitions slurmopt places jobs in (None: all).
     ``job_sizes``: the distribution the FGD measure uses (None: the queue).
     """
 
     backfill_depth: int = 100
     require_single_leaf: bool = True
+    compact_wait_share: float | None = 0.5
     partitions: frozenset[str] | None = None
     job_sizes: JobSizeDistribution | None = None
 
@@ -1013,6 +1018,18 @@ class _Planner:
         choice = choose_leaves(
             {leaf: len(v) for leaf, v in respected.items()}, need, self.group_of, single
         )
+        spread_note = ""
+        if choice is None and single and self.policy.compact_wait_share is not None:
+            spread = choose_leaves(
+                {leaf: len(v) for leaf, v in respected.items()}, need, self.group_of, False
+            )
+            if spread is not None:
+                found = self._earliest_block(job, pool, constraint)
+                bound = self.policy.compact_wait_share * (end - self.now)
+                if found is None or found[0] - self.now > bound:
+                    choice = spread
+                    one_leaf = "never" if found is None else f"from now+{found[0] - self.now:.0f} s"
+                    spread_note = f"; one leaf only {one_leaf}, over the {bound:.0f} s bound"
         if choice is None:
             return self._gang_failure(job, pool, constraint, end, k, respected, single, required)
         chosen = list(required)
@@ -1022,7 +1039,7 @@ class _Planner:
         leaves = ", ".join(choice.leaves)
         detail = (
             f"{k} nodes on {len(choice.leaves)} leaf switch(es) ({leaves}); "
-            f"{choice.left_over} usable node(s) left on them"
+            f"{choice.left_over} usable node(s) left on them{spread_note}"
         )
         self._commit_start(job, chosen, end, Reason.GANG_FEWEST_LEAVES, detail)
         return None

@@ -51,10 +51,45 @@ def test_seven_node_gang_spans_two_leaves_that_fit_exactly() -> None:
     assert _leaf_counts(_starts(result)[1].nodes) == {"leafB": 5, "leafC": 2}
 
 
-def test_seven_node_gang_waits_for_one_leaf_by_default() -> None:
-    nodes, jobs, fabric = busy_leaves(EXAMPLE)  # running jobs have no limit: no reservation
-    result = plan(snapshot(nodes, [*jobs, pending(1, nodes=7)]), fabric)
+def _one_leaf_frees_in(ends_in: float | None) -> tuple[object, object]:
+    """EXAMPLE's leaves; leafD (6 of 8 free) gets a seventh node after ``ends_in`` s."""
+    nodes, jobs, fabric = busy_leaves(EXAMPLE)
+    jobs = [j for j in jobs if j.nodes != ("leafDn6",)]
+    jobs.append(running(99_999, ["leafDn6"], ends_in=ends_in))
+    return snapshot(nodes, [*jobs, pending(1, nodes=7)]), fabric  # limit 3600 s
+
+
+def test_seven_node_gang_waits_for_one_leaf_within_the_bound() -> None:
+    snap, fabric = _one_leaf_frees_in(600.0)  # 600 s <= 0.5 x 3600 s
+    result = plan(snap, fabric)  # type: ignore[arg-type]
     assert not result.actions
+    (held,) = result.reservations
+    assert held.job_id == 1 and held.start_time == NOW + 600
+    assert _leaf_counts(held.nodes) == {"leafD": 7}
+    assert _unplaced(result)[1].reason is Reason.WAITS_FOR_RESERVATION  # type: ignore[attr-defined]
+
+
+def test_seven_node_gang_spreads_when_one_leaf_frees_too_late() -> None:
+    snap, fabric = _one_leaf_frees_in(3000.0)  # 3000 s > 0.5 x 3600 s
+    start = _starts(plan(snap, fabric))[1]  # type: ignore[arg-type]
+    assert _leaf_counts(start.nodes) == {"leafB": 5, "leafC": 2}
+    assert "one leaf only from now+3000 s, over the 1800 s bound" in start.detail
+
+
+def test_seven_node_gang_spreads_when_no_leaf_is_known_to_free() -> None:
+    snap, fabric = _one_leaf_frees_in(None)  # running jobs without a limit
+    start = _starts(plan(snap, fabric))[1]  # type: ignore[arg-type]
+    assert _leaf_counts(start.nodes) == {"leafB": 5, "leafC": 2}
+    assert "one leaf only never" in start.detail
+
+
+def test_seven_node_gang_waits_for_one_leaf_without_a_bound() -> None:
+    snap, fabric = _one_leaf_frees_in(3000.0)
+    result = plan(snap, fabric, Policy(compact_wait_share=None))  # type: ignore[arg-type]
+    assert not result.actions
+    assert _leaf_counts(result.reservations[0].nodes) == {"leafD": 7}
+    snap, fabric = _one_leaf_frees_in(None)
+    result = plan(snap, fabric, Policy(compact_wait_share=None))  # type: ignore[arg-type]
     unplaced = _unplaced(result)[1]
     assert unplaced.reason is Reason.NEEDS_NODES_IN_ONE_LEAF  # type: ignore[attr-defined]
     assert "16 free across 4 leaves, at most 6 on one" in unplaced.detail  # type: ignore[attr-defined]
@@ -78,7 +113,8 @@ def test_gangs_in_priority_order_account_for_each_other() -> None:
     nodes, jobs, fabric = busy_leaves(EXAMPLE)
     # 5 -> leafB; the next 5 -> leafD (6 free, the only leaf left with 5); 3 -> leafA.
     jobs += [pending(1, nodes=5), pending(2, nodes=5), pending(3, nodes=3), pending(4, nodes=3)]
-    starts = _starts(plan(snapshot(nodes, jobs), fabric, Policy(backfill_depth=0)))
+    policy = Policy(backfill_depth=0, compact_wait_share=None)
+    starts = _starts(plan(snapshot(nodes, jobs), fabric, policy))
     assert _leaf_counts(starts[1].nodes) == {"leafB": 5}
     assert _leaf_counts(starts[2].nodes) == {"leafD": 5}
     assert _leaf_counts(starts[3].nodes) == {"leafA": 3}
