@@ -43,6 +43,7 @@ class _Clock:
     fgd_time: float = 0.0
     queued_time: float = 0.0
     allocated_queued: float = 0.0
+    stranded_queued: float = 0.0
     span: float = 0.0
     #: FGD unusable share of the free GPUs since the last event (None: nothing free).
     fgd_now: float | None = None
@@ -149,6 +150,7 @@ class Simulation:
             fgd_time=clock.fgd_time,
             queued_time=clock.queued_time,
             allocated_queued_integral=clock.allocated_queued,
+            stranded_queued_integral=clock.stranded_queued,
             span=clock.span,
             samples=self.samples,
             too_big=too_big,
@@ -182,6 +184,7 @@ class Simulation:
         if cluster.pending:
             clock.queued_time += dt
             clock.allocated_queued += cluster.allocated * dt
+            clock.stranded_queued += cluster.stranded * dt
         if cluster.histogram and clock.fgd_now is not None:
             clock.fgd += clock.fgd_now * dt
             clock.fgd_time += dt

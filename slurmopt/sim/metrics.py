@@ -7,7 +7,9 @@ Definitions (``docs/simulator.md`` has the table):
 * GPU allocation ratio: allocated GPU-seconds / (total GPUs x simulated span),
   and the same only over the time some job was waiting (``..._when_queued``):
   capacity left idle while jobs wait is what fragmentation and blocking cost;
-* stranded GPUs: free GPUs on partly used nodes, time-weighted;
+* stranded GPUs: free GPUs on partly used nodes, time-weighted; and the same
+  only over the time some job was waiting (``..._when_queued``): with an
+  empty queue a free GPU is spare capacity, while jobs wait it is lost;
 * FGD unusable share: ``slurmopt.policy.fragmentation.fgd_unusable_share`` of
   the free GPUs, over the trace's own job sizes, time-weighted while any GPU is free;
 * leaves spanned and wait of multi-node jobs; makespan: last end - first submit.
@@ -90,6 +92,7 @@ class SimResult:
         queued_time: float,
         allocated_queued_integral: float,
         span: float,
+        stranded_queued_integral: float = 0.0,
         samples: Sequence[Sample],
         too_big: int,
         passes: int,
@@ -127,6 +130,9 @@ class SimResult:
                 allocated_queued_integral / (total_gpus * queued_time) if queued_time else None, 4
             ),
             "avg_stranded_gpus": _round(stranded_integral / span if span else None),
+            "avg_stranded_gpus_when_queued": _round(
+                stranded_queued_integral / queued_time if queued_time else None
+            ),
             "avg_fgd_unusable_share": _round(fgd_integral / fgd_time if fgd_time else None, 4),
             "multinode_jobs": len(multi),
             "avg_wait_multinode_s": _round(_mean(multi_wait)),

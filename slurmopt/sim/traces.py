@@ -97,24 +97,24 @@ class Trace:
     skipped: Mapping[str, int] = field(default_factory=dict)
 
     def offered_load(self, total_gpus: int, arrival_scale: float = 1.0) -> float | None:
-        """Average GPU demand over the arrival window, as a share of ``total_gpus``.
+        """GPU-seconds the jobs ask for over the capacity of the arrival window.
 
         The window runs from the first to the last submit (times multiplied
-        by ``arrival_scale``).  Each job counts only the GPU-seconds it would
-        run inside the window if it started on arrival, so a multi-week job
-        near the end of a short window weighs what it asks of that window,
-        not its whole length: the demand curve "GPUs of the jobs that have
-        arrived and would still run", averaged over the window.
+        by ``arrival_scale``); every job counts whole (GPUs x duration), as
+        the work it brings.  A window whose load is 1.0 brings exactly what
+        the cluster can do while the jobs arrive; above 1 the queue grows
+        for the whole window, below 1 the cluster has room to spare.
         """
         if len(self.jobs) < 2 or total_gpus <= 0 or arrival_scale <= 0:
             return None
-        first = self.jobs[0].submit_s * arrival_scale
-        last = self.jobs[-1].submit_s * arrival_scale
-        span = last - first
+        span = (self.jobs[-1].submit_s - self.jobs[0].submit_s) * arrival_scale
         if span <= 0:
             return None
-        work = sum(j.gpus * min(j.duration_s, last - j.submit_s * arrival_scale) for j in self.jobs)
-        return work / (span * total_gpus)
+        return self.work_gpu_s() / (span * total_gpus)
+
+    def work_gpu_s(self) -> float:
+        """GPU-seconds of all jobs at their trace durations."""
+        return sum(j.gpus * j.duration_s for j in self.jobs)
 
 
 def time_limit_for(duration_s: float) -> int:
@@ -527,36 +527,15 @@ def scale_load(trace: Trace, total_gpus: int, load: float) -> tuple[Trace, float
 
     Returns the new trace and the factor applied to every submit time.
     Durations are untouched: only the arrival rate changes.  The offered
-    load (:meth:`Trace.offered_load`) falls steadily as arrivals spread out,
-    so the factor is found by bisection on its logarithm.  A load above what
-    the trace reaches when every job arrives at once is an error.
+    load (:meth:`Trace.offered_load`) is inversely proportional to the
+    factor, so the factor is the native load over the one asked for.
     """
-    if load <= 0:
-        raise TraceError(f"load must be positive, got {load}", trace.path)
-    if trace.offered_load(total_gpus) is None:
+    if load <= 0 or not math.isfinite(load):
+        raise TraceError(f"load must be a positive number, got {load}", trace.path)
+    native = trace.offered_load(total_gpus)
+    if native is None:
         raise TraceError("cannot scale the load of a trace with one submit instant", trace.path)
-
-    def at(factor: float) -> float:
-        value = trace.offered_load(total_gpus, factor)
-        assert value is not None
-        return value
-
-    low, high = 1e-9, 1e9  # factors: at(low) is the most the trace can offer
-    if at(low) < load:
-        raise TraceError(
-            f"load {load} is out of reach: all jobs at once offer only {at(low):.3f}", trace.path
-        )
-    if at(high) > load:
-        raise TraceError(f"load {load} is too small to reach by spreading arrivals", trace.path)
-    for _ in range(200):
-        mid = math.sqrt(low * high)
-        if at(mid) >= load:
-            low = mid
-        else:
-            high = mid
-        if high / low < 1 + 1e-9:
-            break
-    factor = low
+    factor = native / load
     jobs = tuple(replace(j, submit_s=j.submit_s * factor) for j in trace.jobs)
     return replace(trace, jobs=jobs), factor
 

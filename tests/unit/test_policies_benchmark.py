@@ -118,3 +118,22 @@ def test_missing_traces_fail_with_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no traces directory" in err
     assert not (tmp_path / "benchmarks.md").exists()
+
+
+def test_stranded_shortfall_names_the_idle_time_when_waiting_jobs_lose_less() -> None:
+    base = {
+        "avg_stranded_gpus": 4.0,
+        "avg_stranded_gpus_when_queued": 2.0,
+        "p95_queue_delay_s": 900,
+    }
+    ours = {
+        "avg_stranded_gpus": 3.0,
+        "avg_stranded_gpus_when_queued": 0.5,
+        "p95_queue_delay_s": 600,
+    }
+    why = bench.shortfall_reason("avg_stranded_gpus", ours, base)
+    assert why.startswith("while jobs wait slurmopt strands 0.25x")
+    ours["avg_stranded_gpus_when_queued"] = 1.5
+    assert bench.shortfall_reason("avg_stranded_gpus", ours, base) == (
+        "no single cause visible in these figures"
+    )

@@ -55,13 +55,13 @@ def test_load_option_scales_arrivals_and_is_echoed() -> None:
     doc = json.loads(out)
     assert doc["load"] == {
         "requested": 0.75,
-        "native": 1.0,
+        "native": 1.5,
         "offered": 0.75,
-        "arrival_scale": 1.333333,
+        "arrival_scale": 2.0,
     }
-    # Arrivals 0, 133, 267 on one node, 100 s each: nobody waits.
+    # Arrivals 0, 200, 400 on one node, 100 s each: nobody waits.
     assert doc["policies"]["slurm-fifo"]["avg_queue_delay_s"] == 0.0
-    assert doc["policies"]["slurm-fifo"]["makespan_s"] == pytest.approx(366.7)
+    assert doc["policies"]["slurm-fifo"]["makespan_s"] == pytest.approx(500.0)
 
 
 def test_table_per_policy_names_the_gang_rule() -> None:

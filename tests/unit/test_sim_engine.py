@@ -66,7 +66,7 @@ def test_backfill_that_would_delay_the_reservation_does_not_happen(policy: str) 
 
 def test_slurmopt_waits_for_one_leaf_where_slurm_spreads_and_pays_the_comm_penalty() -> None:
     # Jobs 1 and 3 hold gpu0001 (leaf1) and gpu0003 (leaf2) until ~1000; job 2 frees gpu0002
-    # at 10.  At 20 the 2-node job 4 finds one free node on each leaf.
+    # at 10.  At 20 the 2-node job 4 (limit 2000 s) finds one free node on each leaf.
     on = CommModel()
     slurm = _run("two-leaves.csv", "fat-tree:4:2", "slurm-backfill-tree", comm=on, bf_interval_s=0)
     job4 = slurm.outcomes[3]
@@ -78,10 +78,23 @@ def test_slurmopt_waits_for_one_leaf_where_slurm_spreads_and_pays_the_comm_penal
     assert off.outcomes[3].end == pytest.approx(120.0)
     planned = _run("two-leaves.csv", "fat-tree:4:2", "slurmopt", comm=on)
     job4 = planned.outcomes[3]
-    # The planner keeps the gang on one leaf: it waits for leaf1 at 1000 and runs unstretched.
+    # The planner keeps the gang on one leaf: leaf1 frees at 1000, 980 s away, within half the
+    # job's limit, so it waits for it and runs unstretched.
     assert (job4.start, job4.leaves, job4.stretch, job4.end) == (1000.0, 1, 1.0, 1100.0)
     assert planned.metrics["avg_leaves_spanned_multinode"] == 1.0
     assert slurm.metrics["avg_leaves_spanned_multinode"] == 2.0
+
+
+def test_slurmopt_spreads_a_gang_when_one_leaf_frees_too_late(tmp_path: Path) -> None:
+    # The same cluster, but job 4's limit is 200 s: waiting 980 s for one leaf is over half of
+    # it, so the planner spreads the gang now, as Slurm does, and pays the penalty.
+    rows = (TRACES / "two-leaves.csv").read_text().replace("20,100,16,2000", "20,100,16,200")
+    trace = tmp_path / "late.csv"
+    trace.write_text(rows)
+    result = simulate(read_trace(trace, "csv"), parse_fabric_spec("fat-tree:4:2"), "slurmopt")
+    job4 = result.outcomes[3]
+    assert (job4.start, job4.leaves) == (20.0, 2)
+    assert job4.stretch == pytest.approx(1.09)
 
 
 def test_gang_goes_on_the_leaf_that_holds_it_whole(tmp_path: Path) -> None:
@@ -141,3 +154,14 @@ def test_job_larger_than_the_cluster_is_skipped_not_waited_for(tmp_path: Path) -
     result = simulate(read_trace(trace, "csv"), parse_fabric_spec("fat-tree:4:4"), "slurmopt")
     assert result.metrics["skipped_too_big"] == 1
     assert result.metrics["finished"] == 1
+
+
+def test_stranded_gpus_over_the_run_and_while_jobs_wait(tmp_path: Path) -> None:
+    # One 8-GPU node: a 4-GPU job runs 0-100 and leaves 4 GPUs free on a partly used node
+    # while an 8-GPU job waits; the 8-GPU job then runs 100-150 with nothing waiting.
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit_s,duration_s,gpus,time_limit_s\n0,100,4,100\n0,50,8,50\n")
+    result = simulate(read_trace(trace, "csv"), parse_fabric_spec("fat-tree:1:1"), "slurm-fifo")
+    m = result.metrics
+    assert m["avg_stranded_gpus"] == pytest.approx(4 * 100 / 150, abs=0.01)
+    assert m["avg_stranded_gpus_when_queued"] == 4.0

@@ -136,12 +136,12 @@ def test_time_limit_ladder() -> None:
 
 def test_load_scaling_stretches_inter_arrival_times() -> None:
     trace = read_trace(TRACES / "load.csv", "csv")
-    # Arrivals 0, 100, 200 of 8 GPUs x 100 s on 8 GPUs: over the window [0, 200] the first
-    # two run 100 s each and the last one none: offered load 1.0.
-    assert trace.offered_load(8) == pytest.approx(1.0)
+    # Arrivals 0, 100, 200 of 8 GPUs x 100 s on 8 GPUs: 2,400 GPU-s of work over a 200 s
+    # window of 8 GPUs is load 1.5; 0.75 stretches the window to 400 s.
+    assert trace.offered_load(8) == pytest.approx(1.5)
     scaled, factor = scale_load(trace, 8, 0.75)
-    assert factor == pytest.approx(4 / 3)
-    assert [j.submit_s for j in scaled.jobs] == pytest.approx([0.0, 400 / 3, 800 / 3])
+    assert factor == pytest.approx(2.0)
+    assert [j.submit_s for j in scaled.jobs] == pytest.approx([0.0, 200.0, 400.0])
     assert [j.duration_s for j in scaled.jobs] == [100.0, 100.0, 100.0]
     assert scaled.offered_load(8) == pytest.approx(0.75)
 
@@ -153,13 +153,14 @@ def _write(tmp_path: Path, rows: list[tuple[float, float, int]]) -> Path:
     return path
 
 
-def test_offered_load_counts_a_long_job_only_inside_the_arrival_window(tmp_path: Path) -> None:
-    # A 30-day job first, then 10 short jobs over 1,000 s on 8 GPUs: the long job asks for its
-    # 8 GPUs for the 1,000 s of the window, not for 30 days.
-    rows = [(0.0, 30 * 86400.0, 8)] + [(100.0 * i, 50.0, 8) for i in range(1, 11)]
+def test_offered_load_counts_every_job_whole(tmp_path: Path) -> None:
+    # A 10,000 s job first, then 10 short jobs over 1,000 s on 8 GPUs: the long job brings all
+    # of its work, though most of it runs after the last arrival.
+    rows = [(0.0, 10_000.0, 8)] + [(100.0 * i, 50.0, 8) for i in range(1, 11)]
     trace = read_trace(_write(tmp_path, rows), "csv")
-    # (8 x 1000 + 9 x 8 x 50 + 0) / (8 x 1000): the last job arrives as the window closes.
-    assert trace.offered_load(8) == pytest.approx(1.45)
+    assert trace.offered_load(8) == pytest.approx((8 * 10_000 + 10 * 8 * 50) / (8 * 1000))
+    with pytest.raises(TraceError, match="positive"):
+        scale_load(trace, 8, 0.0)
 
 
 @pytest.mark.parametrize("load", [0.8, 1.0, 1.2])
@@ -178,9 +179,3 @@ def test_scaled_load_means_under_at_and_over_capacity(tmp_path: Path, load: floa
     else:
         # The queue grows by 20% of a job per arrival: the last waits about 200 x 0.2 x 100 s.
         assert waits > 1000 and result.metrics["gpu_allocation_ratio"] > 0.99
-
-
-def test_load_out_of_reach_is_a_trace_error() -> None:
-    trace = read_trace(TRACES / "load.csv", "csv")
-    with pytest.raises(TraceError, match="out of reach"):
-        scale_load(trace, 8, 50.0)
