@@ -89,7 +89,7 @@ def test_job_no_longer_held_in_the_snapshot_is_not_touched(tmp_path: Path, store
 
 def test_waiting_job_gets_its_reason_as_admin_comment_once(tmp_path: Path, store: Store) -> None:
     nodes = [node(f"{leaf}{i}", alloc=8 if i == 0 else 0) for leaf in "ab" for i in range(4)]
-    client = FakeSlurmClient(nodes, [held_job(7, nodes=4)])  # no leaf has 4 free nodes
+    client = FakeSlurmClient(nodes, [held_job(7, nodes=7)])  # only 6 nodes are free
     daemon = _daemon(tmp_path, store, client)
     for _ in range(3):
         daemon.cycle()
