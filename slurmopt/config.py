@@ -10,8 +10,9 @@ file is found like ClusterShell finds its own: the first of
 4. nothing: defaults only.
 
 Then a few environment variables (``SLURMOPT_DB``, ``SLURMOPT_ENFORCE``,
-``SLURMOPT_INTERVAL``, ``SLURMOPT_BACKEND``) override the file, and values
-given explicitly on the command line override everything.
+``SLURMOPT_INTERVAL``, ``SLURMOPT_BACKEND``, and ``SLURMOPT_HEALTH_<NAME>``
+for each ``health_<name>`` key) override the file, and values given
+explicitly on the command line override everything.
 :attr:`Config.sources` records where each value came from, so an operator
 can see why the daemon is (or is not) enforcing.
 
@@ -40,6 +41,33 @@ DEFAULT_CONFIG_PATH = "/etc/slurmopt/slurmopt.toml"
 CONFIG_ENV = "SLURMOPT_CONFIG"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
+#: The node agent's keys (``slurmopt node-agent``, docs/health.md).  Integer keys map to their
+#: least value; where a threshold is optional, 0 means "none" (TOML has no null), as ``None``
+#: does in ``HealthThresholds``.
+_HEALTH_INTS: Mapping[str, int] = MappingProxyType(
+    {
+        "health_max_temperature_c": 0,
+        "health_pcie_min_width": 0,
+        "health_nvlink_min_active": 0,
+        "health_retired_pages_degraded": 0,
+        "health_volatile_corrected_degraded": 0,
+        "health_nvlink_errors_degraded": 0,
+        "health_expected_gpus": 0,
+        "health_max_drain_nodes": 0,
+        "health_xid_wait_ms": 0,
+    }
+)
+_HEALTH_XID_LISTS = ("health_xid_drain", "health_xid_degraded")
+_HEALTH_FLOATS = ("health_max_drain_share", "health_interval_s")
+HEALTH_KEYS = (*_HEALTH_INTS, *_HEALTH_XID_LISTS, *_HEALTH_FLOATS)
+_SECONDS = (
+    "interval_s",
+    "heartbeat_max_age_s",
+    "pin_timeout_s",
+    "preempt_grace_s",
+    "health_interval_s",
+)
+
 #: Environment variables that override a key, and the key each one sets.
 ENV_OVERRIDES: Mapping[str, str] = MappingProxyType(
     {
@@ -47,6 +75,7 @@ ENV_OVERRIDES: Mapping[str, str] = MappingProxyType(
         "SLURMOPT_ENFORCE": "enforce",
         "SLURMOPT_INTERVAL": "interval_s",
         "SLURMOPT_BACKEND": "backend",
+        **{f"SLURMOPT_{key.upper()}": key for key in HEALTH_KEYS},
     }
 )
 
@@ -80,6 +109,20 @@ class Config:
     preempt_signal: str = "USR2"
     preempt_grace_s: float = 120.0
     preempt_on_no_ack: str = "keep-running"
+    # The node agent; defaults equal HealthThresholds() and DrainCap() (a unit test checks).
+    health_max_temperature_c: int = 85
+    health_pcie_min_width: int = 0
+    health_nvlink_min_active: int = 0
+    health_xid_drain: tuple[int, ...] = (48, 64, 74, 79, 95)
+    health_xid_degraded: tuple[int, ...] = (63, 92, 94)
+    health_retired_pages_degraded: int = 60
+    health_volatile_corrected_degraded: int = 0
+    health_nvlink_errors_degraded: int = 0
+    health_expected_gpus: int = 0
+    health_max_drain_share: float = 0.10
+    health_max_drain_nodes: int = 4
+    health_interval_s: float = 60.0
+    health_xid_wait_ms: int = 100
     sources: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False
     )
@@ -92,6 +135,12 @@ class Config:
                 object.__setattr__(self, key, _coerce(key, getattr(self, key)))
             except ValueError as exc:
                 raise ConfigError(f"{key}: {exc}") from exc
+        both = set(self.health_xid_drain) & set(self.health_xid_degraded)
+        if both:
+            raise ConfigError(
+                f"health_xid_drain and health_xid_degraded both list Xid "
+                f"{', '.join(map(str, sorted(both)))}: an Xid drains or degrades, not both"
+            )
         known = dict.fromkeys(config_keys(), "default")
         known.update(self.sources)
         object.__setattr__(self, "sources", MappingProxyType(known))
@@ -122,13 +171,33 @@ def _coerce(key: str, value: object) -> Any:
         if not isinstance(value, bool):
             raise ValueError(f"expected true or false, got {_describe(value)}")
         return value
-    if key in ("interval_s", "heartbeat_max_age_s", "pin_timeout_s", "preempt_grace_s"):
+    if key in _SECONDS:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"expected a number of seconds, got {_describe(value)}")
         number = float(value)
         if not math.isfinite(number) or number <= 0:
             raise ValueError(f"must be a positive number of seconds, got {value!r}")
         return number
+    if key in _HEALTH_INTS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected an integer, got {_describe(value)}")
+        if value < _HEALTH_INTS[key]:
+            raise ValueError(f"must be {_HEALTH_INTS[key]} or more, got {value}")
+        return value
+    if key in _HEALTH_XID_LISTS:
+        if not isinstance(value, list | tuple) or not all(
+            isinstance(x, int) and not isinstance(x, bool) for x in value
+        ):
+            raise ValueError(f"expected an array of Xid numbers, got {_describe(value)}")
+        if any(x <= 0 for x in value):
+            raise ValueError(f"Xid numbers are positive, got {list(value)!r}")
+        return tuple(sorted(set(value)))
+    if key == "health_max_drain_share":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"expected a share from 0 to 1, got {_describe(value)}")
+        if not (math.isfinite(value) and 0 <= value <= 1):
+            raise ValueError(f"must be from 0 to 1, got {value!r}")
+        return float(value)
     if key in ("backfill_depth", "metrics_port"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"expected an integer, got {_describe(value)}")
@@ -232,11 +301,24 @@ def _from_env(var: str, key: str, text: str) -> Any:
         if lowered not in _TRUE | _FALSE:
             raise ConfigError(f"${var}: expected 1/0, true/false, yes/no or on/off, got {text!r}")
         value = lowered in _TRUE
-    elif key == "interval_s":
+    elif key in _SECONDS or key in _HEALTH_FLOATS:
         try:
             value = float(text)
         except ValueError:
-            raise ConfigError(f"${var}: expected a number of seconds, got {text!r}") from None
+            what = "a number of seconds" if key in _SECONDS else "a number"
+            raise ConfigError(f"${var}: expected {what}, got {text!r}") from None
+    elif key in _HEALTH_INTS:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ConfigError(f"${var}: expected an integer, got {text!r}") from None
+    elif key in _HEALTH_XID_LISTS:
+        try:
+            value = [int(x) for x in re.split(r"[\s,]+", text.strip()) if x]
+        except ValueError:
+            raise ConfigError(
+                f"${var}: expected comma-separated Xid numbers, got {text!r}"
+            ) from None
     try:
         return _coerce(key, value)
     except ValueError as exc:
@@ -287,6 +369,7 @@ __all__ = [
     "CONFIG_ENV",
     "DEFAULT_CONFIG_PATH",
     "ENV_OVERRIDES",
+    "HEALTH_KEYS",
     "Config",
     "config_keys",
     "find_config_file",

@@ -87,7 +87,10 @@ class Node:
 
     ``gpus_alloc`` comes from Slurm's own counters (``gres_used``); the
     indices in ``alloc_gpu_indices`` come from the jobs' per-node GRES detail
-    and are ``None`` where the source cannot tell them.
+    and are ``None`` where the source cannot tell them.  ``reason_time`` is
+    when Slurm last set ``reason`` (epoch seconds, stamped by slurmctld in
+    whole seconds; ``None`` where the source does not say), which orders
+    drains cluster-wide without trusting any compute node's clock.
     """
 
     name: str
@@ -103,6 +106,7 @@ class Node:
     cpus: int = 0
     alloc_cpus: int = 0
     reason: str = ""
+    reason_time: float | None = None
 
     @property
     def gpus_free(self) -> int:

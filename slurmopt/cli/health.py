@@ -2,7 +2,8 @@
 
 Runs on compute nodes (as a systemd service, or once per Slurm
 ``HealthCheckProgram`` call).  Without an NVIDIA driver it exits 69 with one
-line naming NVML and the cause.  See ``docs/health.md``.
+line naming NVML and the cause.  Thresholds and cap come from the config's
+``health_*`` keys; the options override them.  See ``docs/health.md``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import random
 import signal
 import socket
 import threading
-from dataclasses import replace
 from types import FrameType
 from typing import Any
 
@@ -22,9 +22,6 @@ import click
 from slurmopt.cli.common import emit_json, print_table
 from slurmopt.errors import UsageError
 
-#: Defaults of the cap, unless the config (``health_max_drain_*``) or an option says otherwise.
-DEFAULT_MAX_DRAIN_SHARE = 0.10
-DEFAULT_MAX_DRAIN_NODES = 4
 #: Agents started together (a rack booting) wait a random part of one interval, at most this.
 MAX_FIRST_DELAY_S = 300.0
 
@@ -79,9 +76,8 @@ def _gpu_rows(result: Any) -> list[list[str]]:
 @click.option(
     "--interval",
     type=float,
-    default=60.0,
-    show_default=True,
-    help="Seconds between checks when running continuously.",
+    default=None,
+    help="Seconds between checks when running continuously [config health_interval_s: 60].",
 )
 @click.option("--dry-run", is_flag=True, help="Judge and report; never drain.")
 @click.option("--node", default=None, help="Slurm node name [default: $SLURMD_NODENAME or host].")
@@ -90,27 +86,25 @@ def _gpu_rows(result: Any) -> list[list[str]]:
     "--max-drain-share",
     type=float,
     default=None,
-    help=f"Most of the cluster slurmopt may hold drained (0-1) [default: "
-    f"{DEFAULT_MAX_DRAIN_SHARE:g}].",
+    help="Most of the cluster slurmopt may hold drained, 0-1 [config health_max_drain_share: 0.1].",
 )
 @click.option(
     "--max-drain-nodes",
     type=int,
     default=None,
-    help=f"Most nodes slurmopt may hold drained [default: {DEFAULT_MAX_DRAIN_NODES}].",
+    help="Most nodes slurmopt may hold drained [config health_max_drain_nodes: 4].",
 )
 @click.option(
     "--expected-gpus",
     type=int,
     default=None,
-    help="Drain when NVML sees fewer GPUs than this [default: no check].",
+    help="Drain when NVML sees fewer GPUs than this [config health_expected_gpus: 0, no check].",
 )
 @click.option(
     "--xid-wait-ms",
     type=int,
-    default=100,
-    show_default=True,
-    help="How long each check waits for Xid events.",
+    default=None,
+    help="How long each check waits for Xid events [config health_xid_wait_ms: 100].",
 )
 @click.option(
     "--config",
@@ -124,14 +118,14 @@ def _gpu_rows(result: Any) -> list[list[str]]:
 def node_agent(
     ctx: click.Context,
     once: bool,
-    interval: float,
+    interval: float | None,
     dry_run: bool,
     node: str | None,
     as_json: bool,
     max_drain_share: float | None,
     max_drain_nodes: int | None,
     expected_gpus: int | None,
-    xid_wait_ms: int,
+    xid_wait_ms: int | None,
     config_path: str | None,
     fake_nvml: str | None,
 ) -> None:
@@ -143,30 +137,44 @@ def node_agent(
     drain     scontrol update NodeName=... State=DRAIN Reason="slurmopt: ..."
               unless Slurm has it drained already, or slurmopt already holds
               the cap (--max-drain-nodes / --max-drain-share) of nodes drained.
+    undone    several nodes drained at once beyond the cap: the newest
+              resume their own node, so exactly the cap stays drained.
     Each drain decision is also written to stderr as one JSON line.
+    Thresholds come from the config's health_* keys (docs/health.md).
     """
     from slurmopt.config import load_config
     from slurmopt.health.agent import DrainCap, NodeAgent, describe
     from slurmopt.health.nvml import FakeNvml, NvmlBackend, NvmlReader
     from slurmopt.health.rules import HealthThresholds
 
-    if not interval > 0:
+    # Options are checked here, so a bad one is a usage error (2), not a config error (78).
+    if interval is not None and not interval > 0:
         raise UsageError(f"--interval must be a positive number of seconds, got {interval:g}")
-    if xid_wait_ms < 0:
+    if xid_wait_ms is not None and xid_wait_ms < 0:
         raise UsageError(f"--xid-wait-ms must be 0 or more, got {xid_wait_ms}")
     if expected_gpus is not None and expected_gpus < 1:
         raise UsageError(f"--expected-gpus must be 1 or more, got {expected_gpus}")
-    config = load_config(config_path)
+    if max_drain_nodes is not None and max_drain_nodes < 0:
+        raise UsageError(
+            f"--max-drain-nodes: max drained nodes must be 0 or more, got {max_drain_nodes}"
+        )
+    if max_drain_share is not None and not 0.0 <= max_drain_share <= 1.0:
+        raise UsageError(
+            f"--max-drain-share: max drained share must be from 0 to 1, got {max_drain_share:g}"
+        )
+    config = load_config(
+        config_path,
+        overrides={
+            "health_interval_s": interval,
+            "health_xid_wait_ms": xid_wait_ms,
+            "health_expected_gpus": expected_gpus,
+            "health_max_drain_share": max_drain_share,
+            "health_max_drain_nodes": max_drain_nodes,
+        },
+    )
     thresholds = HealthThresholds.from_config(config)
-    if expected_gpus is not None:
-        thresholds = replace(thresholds, expected_gpus=expected_gpus)
-    share = max_drain_share
-    if share is None:
-        share = float(getattr(config, "health_max_drain_share", DEFAULT_MAX_DRAIN_SHARE))
-    nodes = max_drain_nodes
-    if nodes is None:
-        nodes = int(getattr(config, "health_max_drain_nodes", DEFAULT_MAX_DRAIN_NODES))
-    cap = DrainCap(max_nodes=nodes, max_share=share)
+    cap = DrainCap(max_nodes=config.health_max_drain_nodes, max_share=config.health_max_drain_share)
+    interval_s = config.health_interval_s
 
     backend: NvmlBackend | None = None
     if fake_nvml is not None:
@@ -174,7 +182,7 @@ def node_agent(
             backend = FakeNvml.from_file(fake_nvml)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise UsageError(f"--fake-nvml {fake_nvml}: {exc}") from None
-    reader = NvmlReader(backend, xid_wait_ms=xid_wait_ms)
+    reader = NvmlReader(backend, xid_wait_ms=config.health_xid_wait_ms)
     agent = NodeAgent(
         _node_name(node),
         reader,
@@ -213,6 +221,6 @@ def node_agent(
             else:
                 click.echo(describe(result.decision))
 
-        first_delay = random.uniform(0.0, min(interval, MAX_FIRST_DELAY_S))
-        click.echo(f"{agent.node}: checking every {interval:g} s, first in {first_delay:.0f} s")
-        agent.run(interval, stop, on_pass=_report, first_delay_s=first_delay)
+        first_delay = random.uniform(0.0, min(interval_s, MAX_FIRST_DELAY_S))
+        click.echo(f"{agent.node}: checking every {interval_s:g} s, first in {first_delay:.0f} s")
+        agent.run(interval_s, stop, on_pass=_report, first_delay_s=first_delay)

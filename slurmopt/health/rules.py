@@ -3,7 +3,8 @@
 Pure: no NVML, no Slurm, no clock.  A verdict is ``healthy``, ``degraded``
 (report, keep scheduling) or ``drain`` (take the node out of service), with
 every finding that led to it.  The table of rules and Xid codes is in
-``docs/health.md``; the numbers are :class:`HealthThresholds`.
+``docs/health.md``; the numbers are :class:`HealthThresholds`, which the
+node agent builds from the config's ``health_*`` keys.
 """
 
 from __future__ import annotations
@@ -64,6 +65,18 @@ XID_MEANINGS: Mapping[int, str] = {
 }
 
 
+#: Optional thresholds (None: off, or the device's own figure) that a config writes as 0.
+ZERO_IS_NONE = frozenset(
+    {
+        "pcie_min_width",
+        "nvlink_min_active",
+        "volatile_corrected_degraded",
+        "nvlink_errors_degraded",
+        "expected_gpus",
+    }
+)
+
+
 @dataclass(frozen=True)
 class HealthThresholds:
     """The numbers the rules compare readings with; every one has a default.
@@ -112,13 +125,18 @@ class HealthThresholds:
 
     @classmethod
     def from_config(cls, config: object) -> HealthThresholds:
-        """Thresholds from a config object's ``health_<field>`` attributes, where it has them."""
-        values = {
-            f"health_{f.name}": getattr(config, f"health_{f.name}")
-            for f in fields(cls)
-            if hasattr(config, f"health_{f.name}")
-        }
-        return cls.from_mapping(values, prefix="health_")
+        """Thresholds from a config's ``health_<field>`` attributes, where it has them.
+
+        In the config 0 stands for None in the optional fields (TOML has no
+        null), so ``health_expected_gpus = 0`` means no GPU-count check.
+        """
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            key = f"health_{f.name}"
+            if hasattr(config, key):
+                value = getattr(config, key)
+                values[key] = None if value == 0 and f.name in ZERO_IS_NONE else value
+        return replace(cls(), **{key.removeprefix("health_"): v for key, v in values.items()})
 
     def xid_severity(self, xid: int) -> Severity:
         if xid in self.xid_drain:
@@ -343,6 +361,7 @@ def judge_node(reading: NodeReading, thresholds: HealthThresholds | None = None)
 
 __all__ = [
     "XID_MEANINGS",
+    "ZERO_IS_NONE",
     "Finding",
     "GpuVerdict",
     "HealthThresholds",

@@ -236,6 +236,10 @@ class CliSlurmClient:
     def drain(self, node: str, reason: str) -> None:
         self._write(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
 
+    def resume(self, node: str) -> None:
+        """Return a drained node to service (the node agent undoing its own drain)."""
+        self._write(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+
 
 class ScontrolWrites:
     """Writes (and topology) through a :class:`CliSlurmClient`, for read-only backends.
@@ -276,3 +280,6 @@ class ScontrolWrites:
 
     def drain(self, node: str, reason: str) -> None:
         self.cli.drain(node, reason)
+
+    def resume(self, node: str) -> None:
+        self.cli.resume(node)

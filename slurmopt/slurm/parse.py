@@ -14,6 +14,8 @@ Slurm 22.05 (openapi v0.0.38), 24.11 (data_parser v0.0.40-42) and
 * nodes come per node (22.05 ``sinfo``, ``scontrol show nodes``) or grouped
   (24.11+ ``sinfo``);
 * partitions come from ``scontrol show partition -o`` text or JSON.
+* a node's reason time is ``reason_changed_at`` per node, ``reason.time``
+  in grouped records (0: never set, read as None).
 
 Anything malformed raises :class:`SlurmResponseError` naming the source,
 the object and the field, so a caller never sees a partial snapshot.
@@ -408,6 +410,7 @@ def parse_node(obj: Mapping[str, Any], source: str = "nodes") -> NodeRecord:
         cpus=f.number("cpus") or 0,
         alloc_cpus=f.number("alloc_cpus") or 0,
         reason=f.text("reason"),
+        reason_time=_epoch(f.number("reason_changed_at")),
     )
     return node, used_idx
 
@@ -428,6 +431,7 @@ def _parse_grouped(doc: Mapping[str, Any], source: str) -> list[NodeRecord]:
         )
         feats = _sub(rec, "features")
         reason = _sub(rec, "reason")
+        reason_time = _epoch(_Fields(reason, source, f"sinfo[{i}] reason").number("time"))
         part = _sub(rec, "partition")
         cpus = _sub(rec, "cpus")
         weight = _sub(rec, "weight")
@@ -453,6 +457,7 @@ def _parse_grouped(doc: Mapping[str, Any], source: str) -> list[NodeRecord]:
                     # sinfo reports the group's sum; nodes of one group hold equal shares.
                     alloc_cpus=int(cpus.get("allocated") or 0) // max(len(names), 1),
                     reason=str(reason.get("description") or ""),
+                    reason_time=reason_time,
                 ),
                 used_idx,
             )

@@ -118,6 +118,11 @@ def test_empty_env_var_is_ignored(tmp_path: Path) -> None:
         ({"SLURMOPT_INTERVAL": "soon"}, "$SLURMOPT_INTERVAL"),
         ({"SLURMOPT_INTERVAL": "-1"}, "$SLURMOPT_INTERVAL"),
         ({"SLURMOPT_BACKEND": "slurmdbd"}, "$SLURMOPT_BACKEND"),
+        ({"SLURMOPT_HEALTH_MAX_TEMPERATURE_C": "hot"}, "$SLURMOPT_HEALTH_MAX_TEMPERATURE_C"),
+        ({"SLURMOPT_HEALTH_EXPECTED_GPUS": "-1"}, "$SLURMOPT_HEALTH_EXPECTED_GPUS"),
+        ({"SLURMOPT_HEALTH_MAX_DRAIN_SHARE": "lots"}, "$SLURMOPT_HEALTH_MAX_DRAIN_SHARE"),
+        ({"SLURMOPT_HEALTH_XID_DRAIN": "79,x"}, "$SLURMOPT_HEALTH_XID_DRAIN"),
+        ({"SLURMOPT_HEALTH_INTERVAL_S": "0"}, "$SLURMOPT_HEALTH_INTERVAL_S"),
     ],
 )
 def test_bad_env_value_names_the_variable(tmp_path: Path, env: dict[str, str], needle: str) -> None:
@@ -156,6 +161,15 @@ def test_tables_are_rejected(tmp_path: Path) -> None:
         ('rest_url = "localhost:6820"', "rest_url"),
         ('heartbeat_path = "relative/heartbeat"', "heartbeat_path"),
         ("db = 5", "db"),
+        ("health_max_temperature_c = 80.5", "health_max_temperature_c"),
+        ("health_expected_gpus = -1", "health_expected_gpus"),
+        ('health_xid_drain = "79"', "health_xid_drain"),
+        ("health_xid_drain = [79, 0]", "health_xid_drain"),
+        ("health_xid_degraded = [true]", "health_xid_degraded"),
+        ("health_max_drain_share = 1.5", "health_max_drain_share"),
+        ("health_max_drain_nodes = 2.0", "health_max_drain_nodes"),
+        ("health_interval_s = 0", "health_interval_s"),
+        ("health_xid_wait_ms = -5", "health_xid_wait_ms"),
     ],
 )
 def test_wrong_type_or_value_names_file_and_key(tmp_path: Path, line: str, key: str) -> None:
@@ -230,3 +244,59 @@ def test_docs_mention_every_key_and_env_var() -> None:
         assert f"`{key}`" in doc, key
     for var in ("SLURMOPT_CONFIG", *ENV_OVERRIDES):
         assert f"${var}" in doc or f"`{var}`" in doc, var
+
+
+# ---------------------------------------------------------------------- health_* keys
+
+
+def test_health_defaults_are_the_rules_and_caps_own() -> None:
+    """The config's defaults must not drift from HealthThresholds() and DrainCap()."""
+    from slurmopt.health.agent import DrainCap
+    from slurmopt.health.rules import HealthThresholds
+
+    cfg = Config()
+    assert HealthThresholds.from_config(cfg) == HealthThresholds()
+    assert DrainCap(cfg.health_max_drain_nodes, cfg.health_max_drain_share) == DrainCap()
+    assert cfg.health_xid_drain == tuple(sorted(HealthThresholds().xid_drain))
+
+
+def test_health_keys_from_file_env_and_cli(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "health_max_temperature_c = 70\nhealth_xid_drain = [95, 79, 79]\n"
+        "health_max_drain_share = 0\nhealth_interval_s = 30\nhealth_expected_gpus = 8\n",
+    )
+    env = {
+        "SLURMOPT_HEALTH_MAX_TEMPERATURE_C": "75",
+        "SLURMOPT_HEALTH_XID_DEGRADED": "13, 31",
+        "SLURMOPT_HEALTH_MAX_DRAIN_SHARE": "0.25",
+    }
+    cfg = load_config(path, overrides={"health_expected_gpus": 4}, env=env)
+    assert cfg.health_max_temperature_c == 75
+    assert cfg.sources["health_max_temperature_c"] == "env:SLURMOPT_HEALTH_MAX_TEMPERATURE_C"
+    assert cfg.health_xid_drain == (79, 95) and cfg.sources["health_xid_drain"] == f"file:{path}"
+    assert cfg.health_xid_degraded == (13, 31)
+    assert cfg.health_max_drain_share == 0.25
+    assert cfg.health_interval_s == 30.0 and isinstance(cfg.health_interval_s, float)
+    assert cfg.health_expected_gpus == 4 and cfg.sources["health_expected_gpus"] == "cli"
+    assert cfg.as_dict()["health_xid_drain"] == [79, 95]
+
+
+def test_every_health_key_has_an_env_var() -> None:
+    health = [key for key in config_keys() if key.startswith("health_")]
+    assert len(health) == 13
+    for key in health:
+        assert ENV_OVERRIDES[f"SLURMOPT_{key.upper()}"] == key
+
+
+def test_an_xid_in_both_lists_is_a_config_error(tmp_path: Path) -> None:
+    path = _write(tmp_path, "health_xid_degraded = [63, 79]\n")
+    with pytest.raises(ConfigError, match="both list Xid 79") as err:
+        load_config(path, env={})
+    assert err.value.exit_code == 78
+
+
+def test_misspelt_health_key_suggests_the_right_one(tmp_path: Path) -> None:
+    path = _write(tmp_path, "health_max_temperature = 80\n")
+    with pytest.raises(ConfigError, match="did you mean 'health_max_temperature_c'"):
+        load_config(path, env={})

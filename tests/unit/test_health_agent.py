@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import random
 import threading
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,8 @@ from slurmopt.health.agent import (
     NodeAgent,
     decide_drains,
     describe,
+    drain_order,
+    drains_over_cap,
     is_slurmopt_drain,
 )
 from slurmopt.health.nvml import FakeNvml, NvmlReader
@@ -37,6 +43,10 @@ def fixture(name: str) -> dict[str, Any]:
     return data
 
 
+#: When the drains a test starts with were made (long before the clock of the fakes).
+OLD_DRAIN = 500.0
+
+
 def cluster(
     size: int = 32, drained: dict[str, str] | None = None, flag: str = "DRAIN"
 ) -> ClusterSnapshot:
@@ -49,6 +59,7 @@ def cluster(
             flags=frozenset({flag}) if f"gpu{i:03d}" in drained else frozenset(),
             gpus_total=8,
             reason=drained.get(f"gpu{i:03d}", ""),
+            reason_time=OLD_DRAIN if f"gpu{i:03d}" in drained else None,
         )
         for i in range(1, size + 1)
     ]
@@ -169,15 +180,25 @@ def test_snapshot_is_needed_only_for_drain_verdicts() -> None:
 
 
 class FakeSlurmClient:
-    """Serves a snapshot and records drains, applying them to the next snapshot as Slurm would."""
+    """Serves a snapshot and records drains and resumes, applying them as slurmctld would.
+
+    ``now`` is slurmctld's clock (and, unless a test says otherwise, the
+    agent's): a drain's reason time is its whole second, and ``advance`` (the
+    agent's sleep) moves it on.
+    """
 
     name = "fake"
 
-    def __init__(self, snapshot: ClusterSnapshot, fail: Exception | None = None) -> None:
+    def __init__(
+        self, snapshot: ClusterSnapshot, fail: Exception | None = None, now: float = 1000.0
+    ) -> None:
         self._snapshot = snapshot
         self.fail = fail
+        self.now = now
         self.snapshots = 0
         self.drains: list[tuple[str, str]] = []
+        self.resumes: list[str] = []
+        self.sleeps: list[float] = []
 
     def snapshot(self) -> ClusterSnapshot:
         self.snapshots += 1
@@ -185,12 +206,24 @@ class FakeSlurmClient:
             raise self.fail
         return self._snapshot
 
+    def set_node(self, node: str, **changes: Any) -> None:
+        nodes = dict(self._snapshot.nodes)
+        nodes[node] = replace(nodes[node], **changes)
+        self._snapshot = ClusterSnapshot.build(0.0, nodes.values(), [], [])
+
     def drain(self, node: str, reason: str) -> None:
         self.drains.append((node, reason))
-        nodes = dict(self._snapshot.nodes)
-        old = nodes[node]
-        nodes[node] = Node(old.name, old.state, old.flags | {"DRAIN"}, reason=reason)
-        self._snapshot = ClusterSnapshot.build(0.0, nodes.values(), [], [])
+        flags = self._snapshot.nodes[node].flags | {"DRAIN"}
+        self.set_node(node, flags=flags, reason=reason, reason_time=float(math.floor(self.now)))
+
+    def resume(self, node: str) -> None:
+        self.resumes.append(node)
+        flags = self._snapshot.nodes[node].flags - {"DRAIN", "DRAINING", "DRAINED"}
+        self.set_node(node, flags=flags, reason="", reason_time=None)
+
+    def advance(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
 
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"the node agent must not call SlurmClient.{name}")
@@ -203,11 +236,19 @@ def agent_for(
     dry_run: bool = False,
     cap: DrainCap | None = None,
     nvml: FakeNvml | None = None,
+    sleep: Callable[[float], None] | None = None,
 ) -> tuple[NodeAgent, io.StringIO, NvmlReader]:
     log = io.StringIO()
     reader = NvmlReader(nvml or FakeNvml(fixture(name)), xid_wait_ms=0)
     agent = NodeAgent(
-        node, reader, lambda: client, cap=cap, dry_run=dry_run, log=log, clock=lambda: 1000.0
+        node,
+        reader,
+        lambda: client,
+        cap=cap,
+        dry_run=dry_run,
+        log=log,
+        clock=lambda: client.now,
+        sleep=sleep or client.advance,
     )
     return agent, log, reader
 
@@ -281,30 +322,286 @@ def test_xids_are_kept_while_capped_and_forgotten_once_drained() -> None:
         assert reader.read("gpu001").gpus[4].xids == ()
 
 
-def test_overshoot_by_agents_draining_at_once_is_logged() -> None:
-    client = FakeSlurmClient(cluster(32, {"gpu010": "slurmopt: gpu0:xid79"}))
+def test_drain_order_is_reason_time_then_name_and_unknown_times_rank_oldest() -> None:
+    def drained(name: str, reason: str, at: float | None) -> Node:
+        return Node(name, NodeState.IDLE, frozenset({"DRAIN"}), reason=reason, reason_time=at)
+
+    nodes = [
+        drained("gpu004", "slurmopt: a", 7.0),
+        drained("gpu002", "slurmopt: b", 9.0),
+        drained("gpu003", "slurmopt: c", 7.0),
+        drained("gpu009", "slurmopt: d", None),  # the source gives no time: ranks oldest
+        drained("gpu001", "admin: fan", 1.0),  # not slurmopt's
+        Node("gpu005", NodeState.IDLE, reason="slurmopt: old, resumed", reason_time=2.0),
+    ]
+    snapshot = ClusterSnapshot.build(0.0, nodes, [], [])
+    assert [n.name for n in drain_order(snapshot)] == ["gpu009", "gpu003", "gpu004", "gpu002"]
+    # 6 nodes at a 50% share allow 3: the newest slurmopt drain is beyond the cap.
+    assert drains_over_cap(snapshot, DrainCap(4, 0.5)) == ["gpu002"]
+    assert drains_over_cap(snapshot, DrainCap(2, 1.0)) == ["gpu004", "gpu002"]
+    assert drains_over_cap(snapshot, DrainCap(4, 1.0)) == []
+
+
+def test_no_overshoot_no_extra_line_and_the_check_waits_out_the_drain_second() -> None:
+    client = FakeSlurmClient(cluster(32), now=1000.25)
+    agent, log, _ = agent_for("h100_ecc_dbe", client, cap=DrainCap(2, 1.0))
+    assert agent.run_pass().decision.action is DrainAction.DRAIN
+    assert [e["event"] for e in log_lines(log)] == ["node-agent.drain-decision"]
+    # Before the drain; right after it (its reason time: 1000); after that second and the skew.
+    assert client.snapshots == 3
+    assert client.sleeps == [pytest.approx(1.75)]
+    assert client.resumes == []
+
+
+def racing(client: FakeSlurmClient, other: str) -> None:
+    """Make ``client``'s next drain come with another agent's drain of ``other``, same second."""
     real_drain = client.drain
 
     def drain_racing_another_agent(node: str, reason: str) -> None:
-        real_drain("gpu011", "slurmopt: gpu1:xid79")  # another node's agent, same second
+        real_drain(other, "slurmopt: gpu1:xid79")
         real_drain(node, reason)
 
     client.drain = drain_racing_another_agent  # type: ignore[method-assign]
-    agent, log, _ = agent_for("h100_ecc_dbe", client, cap=DrainCap(2, 1.0))
-    assert agent.run_pass().decision.action is DrainAction.DRAIN
-    decision, exceeded = log_lines(log)
+
+
+def test_overshoot_keeps_older_drains_and_the_newest_agent_undoes_its_own() -> None:
+    client = FakeSlurmClient(cluster(32, {"gpu010": "slurmopt: gpu0:xid79"}))
+    racing(client, "gpu002")
+    agent, log, _ = agent_for("h100_ecc_dbe", client, node="gpu005", cap=DrainCap(2, 1.0))
+    result = agent.run_pass()
+    # gpu010 is older; gpu002 and gpu005 were stamped in the same second: the name decides.
+    assert result.decision.action is DrainAction.UNDONE
+    assert client.resumes == ["gpu005"]
+    assert not client.snapshot().nodes["gpu005"].flags
+    decision, exceeded, undone = log_lines(log)
     assert decision["action"] == "drain"
     assert exceeded["event"] == "node-agent.cap-exceeded"
     assert (exceeded["slurmopt_drained"], exceeded["cap"]) == (3, 2)
-    assert exceeded["nodes"] == ["gpu001", "gpu010", "gpu011"]
+    assert exceeded["nodes"] == ["gpu010", "gpu002", "gpu005"]
+    assert exceeded["undo"] == ["gpu005"]
+    assert undone["event"] == "node-agent.drain-undone"
+    assert undone["node"] == "gpu005" and undone["kept"] == ["gpu010", "gpu002"]
+    assert undone["reason"] == "slurmopt: gpu3:ecc-uncorrected, gpu3:row-remap-pending"
+    assert undone["reason_time"] == 1000.0
+    line = describe(result.decision)
+    assert "drained, then resumed: 3 nodes drained by slurmopt at once, above the cap of 2" in line
+    # Undone is not drained: the next pass decides again, and finds the cap reached.
+    assert agent.run_pass().decision.action is DrainAction.CAPPED
+    assert len(client.drains) == 2
 
 
-def test_no_overshoot_no_extra_line() -> None:
-    client = FakeSlurmClient(cluster(32))
-    agent, log, _ = agent_for("h100_ecc_dbe", client, cap=DrainCap(2, 1.0))
-    agent.run_pass()
-    assert [e["event"] for e in log_lines(log)] == ["node-agent.drain-decision"]
-    assert client.snapshots == 2  # before the drain, and the check after it
+def test_an_agent_whose_drain_is_kept_resumes_nothing() -> None:
+    client = FakeSlurmClient(cluster(32, {"gpu010": "slurmopt: gpu0:xid79"}))
+    racing(client, "gpu011")
+    agent, log, _ = agent_for("h100_ecc_dbe", client, node="gpu001", cap=DrainCap(2, 1.0))
+    assert agent.run_pass().decision.action is DrainAction.DRAIN
+    assert client.resumes == []
+    events = log_lines(log)
+    assert [e["event"] for e in events] == ["node-agent.drain-decision", "node-agent.cap-exceeded"]
+    assert events[1]["undo"] == ["gpu011"]  # gpu011's own agent undoes that one
+
+
+def test_a_drain_stamped_in_the_same_second_during_the_wait_is_counted() -> None:
+    """The wait is what makes separate checks add up: without it gpu005 would keep its drain."""
+    client = FakeSlurmClient(cluster(32), now=1000.5)
+
+    def sleep_while_another_agent_drains(seconds: float) -> None:
+        assert client.snapshots == 2  # the snapshot that is judged has not been read yet
+        client.drain("gpu001", "slurmopt: gpu1:xid79")  # stamped 1000, like gpu005's drain
+        client.advance(seconds)
+
+    agent, log, _ = agent_for(
+        "h100_ecc_dbe", client, node="gpu005", cap=DrainCap(1, 1.0),
+        sleep=sleep_while_another_agent_drains,
+    )  # fmt: skip
+    assert agent.run_pass().decision.action is DrainAction.UNDONE
+    assert client.resumes == ["gpu005"]
+    assert client.now >= 1000.0 + 1.0 + agent.clock_skew_s
+    assert log_lines(log)[-1]["kept"] == ["gpu001"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"reason": "admin: reseat GPU 3"},  # drained again by someone else, for another reason
+        {"reason": "", "flags": frozenset()},  # resumed by someone else
+        {"reason": "slurmopt: gpu0:xid79"},  # even another slurmopt reason is not this drain's
+    ],
+)
+def test_an_agent_never_resumes_a_node_whose_reason_changed(change: dict[str, Any]) -> None:
+    client = FakeSlurmClient(cluster(32, {"gpu001": "slurmopt: gpu0:xid79"}))
+    racing(client, "gpu002")
+
+    def sleep_while_someone_steps_in(seconds: float) -> None:
+        client.set_node("gpu005", **change)
+        client.advance(seconds)
+
+    agent, log, _ = agent_for(
+        "h100_ecc_dbe", client, node="gpu005", cap=DrainCap(2, 1.0),
+        sleep=sleep_while_someone_steps_in,
+    )  # fmt: skip
+    result = agent.run_pass()
+    assert client.resumes == []
+    assert result.decision.action is DrainAction.DRAIN
+    assert "node-agent.drain-undone" not in [e["event"] for e in log_lines(log)]
+    assert client.snapshot().nodes["gpu005"].reason == change["reason"]
+
+
+class LockstepSlurm:
+    """One slurmctld shared by agents in threads, whose every Slurm call and sleep is a step.
+
+    The test's thread picks which waiting agent steps next (a seeded random
+    choice), so each seed is one reproducible interleaving; every step moves
+    the clock on by up to 0.4 s, so many drains share a second.  A sleeping
+    agent is not picked before its wake-up time; when only sleepers wait,
+    the clock jumps.  Nothing here depends on real time.
+    """
+
+    def __init__(self, snapshot: ClusterSnapshot, rng: random.Random, now: float = 1000.0) -> None:
+        self.nodes = dict(snapshot.nodes)
+        self.rng = rng
+        self.now = now
+        self.cond = threading.Condition()
+        self.waiting: dict[str, float] = {}  # agent -> earliest clock it may step at
+        self.turn: str | None = None
+        self.done: set[str] = set()
+        self.errors: list[BaseException] = []
+        self.resumes: list[tuple[str, str]] = []  # (agent, node)
+        self.stamps: dict[str, float] = {}  # node -> reason time of its latest drain
+
+    def _step(self, agent: str, wake: float = -math.inf) -> None:
+        with self.cond:
+            self.waiting[agent] = wake
+            self.cond.notify_all()
+            assert self.cond.wait_for(lambda: self.turn == agent, timeout=60)
+            del self.waiting[agent]
+
+    def _end_step(self) -> None:
+        with self.cond:
+            self.turn = None
+            self.cond.notify_all()
+
+    def snapshot(self, agent: str) -> ClusterSnapshot:
+        self._step(agent)
+        try:
+            return ClusterSnapshot.build(self.now, self.nodes.values(), [], [])
+        finally:
+            self._end_step()
+
+    def drain(self, agent: str, node: str, reason: str) -> None:
+        self._step(agent)
+        old = self.nodes[node]
+        stamp = self.stamps[node] = float(math.floor(self.now))
+        self.nodes[node] = replace(
+            old, flags=old.flags | {"DRAIN"}, reason=reason, reason_time=stamp
+        )
+        self._end_step()
+
+    def resume(self, agent: str, node: str) -> None:
+        self._step(agent)
+        self.resumes.append((agent, node))
+        old = self.nodes[node]
+        self.nodes[node] = replace(old, flags=old.flags - {"DRAIN"}, reason="", reason_time=None)
+        self._end_step()
+
+    def sleep(self, agent: str, seconds: float) -> None:
+        self._step(agent, wake=self.now + seconds)
+        self._end_step()
+
+    def run(self, agents: dict[str, Callable[[], object]]) -> None:
+        """Run each agent's body in a thread, handing out steps until all have finished."""
+
+        def body(name: str, fn: Callable[[], object]) -> None:
+            try:
+                fn()
+            except BaseException as exc:  # reported by the test thread
+                self.errors.append(exc)
+            finally:
+                with self.cond:
+                    self.done.add(name)
+                    self.cond.notify_all()
+
+        threads = [threading.Thread(target=body, args=item) for item in agents.items()]
+        for thread in threads:
+            thread.start()
+        with self.cond:
+            while True:
+                settled = self.cond.wait_for(
+                    lambda: self.turn is None and len(self.waiting) + len(self.done) == len(agents),
+                    timeout=60,
+                )
+                assert settled, "an agent neither stepped nor finished"
+                if len(self.done) == len(agents):
+                    break
+                ready = sorted(a for a, wake in self.waiting.items() if wake <= self.now)
+                if not ready:
+                    self.now = min(self.waiting.values())
+                    continue
+                self.now += self.rng.uniform(0.0, 0.4)
+                self.turn = self.rng.choice(ready)
+                self.cond.notify_all()
+        for thread in threads:
+            thread.join()
+        if self.errors:
+            raise self.errors[0]
+
+
+class LockstepClient:
+    """One agent's view of :class:`LockstepSlurm`."""
+
+    def __init__(self, slurm: LockstepSlurm, agent: str) -> None:
+        self.slurm = slurm
+        self.agent = agent
+
+    def snapshot(self) -> ClusterSnapshot:
+        return self.slurm.snapshot(self.agent)
+
+    def drain(self, node: str, reason: str) -> None:
+        self.slurm.drain(self.agent, node, reason)
+
+    def resume(self, node: str) -> None:
+        self.slurm.resume(self.agent, node)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_simultaneous_drains_by_many_agents_converge_to_exactly_the_cap(seed: int) -> None:
+    rng = random.Random(seed)
+    start = cluster(32, {"gpu030": "slurmopt: gpu0:xid79", "gpu031": "admin: fan"})
+    slurm = LockstepSlurm(start, rng)
+    cap = DrainCap(4, 1.0)  # gpu030 holds one place: three more may drain
+    names = [f"gpu{i:03d}" for i in rng.sample(range(1, 30), 10)]
+    results: dict[str, Any] = {}
+
+    def lockstep_agent(name: str, skew: float) -> Callable[[], object]:
+        """One node's agent, its clock off slurmctld's by ``skew``, as a thread body."""
+        client = LockstepClient(slurm, name)
+        agent = NodeAgent(
+            name,
+            NvmlReader(FakeNvml(fixture("h100_ecc_dbe")), xid_wait_ms=0),
+            lambda: client,
+            cap=cap,
+            log=io.StringIO(),
+            clock=lambda: slurm.now + skew,
+            sleep=lambda seconds: slurm.sleep(name, seconds),
+        )
+        return lambda: results.__setitem__(name, agent.run_pass())
+
+    # Clocks off by less than CLOCK_SKEW_S (1 s), either way.
+    slurm.run({name: lockstep_agent(name, rng.uniform(-0.9, 0.9)) for name in names})
+
+    final = ClusterSnapshot.build(slurm.now, slurm.nodes.values(), [], [])
+    kept = [n.name for n in drain_order(final)]
+    assert len(kept) == 4 and kept[0] == "gpu030"  # the older drain is kept
+    assert final.nodes["gpu031"].reason == "admin: fan"
+    assert all(agent == node for agent, node in slurm.resumes)  # only ever its own node
+    actions = {name: results[name].decision.action for name in names}
+    assert sorted(n for n, a in actions.items() if a is DrainAction.DRAIN) == sorted(kept[1:])
+    undone = sorted(n for n, a in actions.items() if a is DrainAction.UNDONE)
+    assert undone == sorted(node for _, node in slurm.resumes)
+    assert set(actions.values()) <= {DrainAction.DRAIN, DrainAction.UNDONE, DrainAction.CAPPED}
+    # The undone drains are the newest: each ranks after every kept one.
+    for node in undone:
+        assert all((slurm.stamps[node], node) > (slurm.stamps[k], k) for k in kept[1:])
 
 
 def test_run_loop_logs_slurm_errors_and_keeps_going() -> None:
@@ -371,3 +668,6 @@ def test_cli_client_drains_with_one_scontrol_update() -> None:
     ]  # fmt: skip
     with pytest.raises(SlurmCommandError, match="Invalid node name"):
         client.drain("nosuch", "slurmopt: x")
+    calls.clear()
+    client.resume("gpu001")  # the agent undoing its own drain
+    assert calls == [["scontrol", "update", "NodeName=gpu001", "State=RESUME"]]

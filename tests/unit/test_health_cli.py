@@ -183,3 +183,98 @@ def test_loop_mode_stops_on_sigterm(
     assert re.fullmatch(r"gpu002: checking every 5 s, first in [0-5] s", lines[0])
     assert len(lines) >= 3
     assert all(line.startswith("gpu002: degraded: degraded, left in service") for line in lines[1:])
+
+
+# ---------------------------------------------------------------------- health_* config keys
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "slurmopt.toml"
+    path.write_text(text)
+    return path
+
+
+def test_config_file_threshold_changes_the_verdict(
+    slurm_fake: FakeSlurmClient, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The healthy fixture's GPUs run at 31 C: healthy at the default 85, degraded above 30.
+    code, out, err = run(agent("--node", "gpu001"), capsys)
+    assert code == 0 and out.splitlines()[-1] == "gpu001: healthy: healthy"
+    config = write_config(tmp_path, "health_max_temperature_c = 30\n")
+    code, out, err = run(agent("--node", "gpu001", "--json", "--config", str(config)), capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["severity"] == "degraded"
+    assert doc["decision"]["reason"].startswith("slurmopt: gpu0:temperature")
+    assert slurm_fake.snapshots == 0  # degraded: Slurm is not even read
+
+
+def test_config_file_can_make_a_reading_drain(
+    slurm_fake: FakeSlurmClient, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, "health_expected_gpus = 9\n")
+    code, out, err = run(agent("--node", "gpu001", "--config", str(config)), capsys)
+    assert code == 0, err
+    assert slurm_fake.drains == [("gpu001", "slurmopt: gpu-missing")]
+    # The option overrides the config: 8 GPUs expected, 8 seen.
+    code, out, _ = run(
+        agent("--node", "gpu002", "--config", str(config), "--expected-gpus", "8"), capsys
+    )
+    assert out.splitlines()[-1] == "gpu002: healthy: healthy"
+
+
+def test_env_override_beats_the_config_file(
+    slurm_fake: FakeSlurmClient,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = write_config(tmp_path, "health_max_temperature_c = 30\n")
+    monkeypatch.setenv("SLURMOPT_CONFIG", str(config))
+    monkeypatch.setenv("SLURMOPT_HEALTH_MAX_TEMPERATURE_C", "90")
+    code, out, _ = run(agent("--node", "gpu001"), capsys)
+    assert code == 0 and out.splitlines()[-1] == "gpu001: healthy: healthy"
+    monkeypatch.setenv("SLURMOPT_HEALTH_MAX_TEMPERATURE_C", "20")
+    code, out, _ = run(agent("--node", "gpu001"), capsys)
+    assert out.splitlines()[-1].startswith("gpu001: degraded: degraded, left in service")
+
+
+def test_config_cap_reaches_the_decision(
+    slurm_fake: FakeSlurmClient, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, "health_max_drain_nodes = 0\n")
+    argv = agent("--node", "gpu001", "--json", "--config", str(config), fixture="h100_ecc_dbe")
+    code, out, _ = run(argv, capsys)
+    assert code == 0
+    assert json.loads(out)["decision"]["action"] == "capped"
+    code, out, _ = run([*argv, "--max-drain-nodes", "2"], capsys)  # the option wins
+    assert json.loads(out)["decision"]["action"] == "drain"
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "words"),
+    [
+        ("health_max_drain_share = 1.5\n", {}, "key 'health_max_drain_share': must be from 0 to 1"),
+        ("health_max_temperature_c = 'hot'\n", {}, "key 'health_max_temperature_c': expected an"),
+        ("health_xid_degraded = [79]\n", {}, "both list Xid 79"),
+        ("health_max_temp = 80\n", {}, "did you mean 'health_max_temperature_c'"),
+        ("", {"SLURMOPT_HEALTH_XID_DRAIN": "79,x"}, "$SLURMOPT_HEALTH_XID_DRAIN: expected comma"),
+    ],
+)
+def test_bad_health_config_is_one_line_and_exit_78(
+    slurm_fake: FakeSlurmClient,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    text: str,
+    env: dict[str, str],
+    words: str,
+) -> None:
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    config = write_config(tmp_path, text)
+    code, out, err = run(agent("--node", "gpu001", "--config", str(config)), capsys)
+    assert code == 78
+    assert out == "" and err.startswith("slurmopt: ") and err.count("\n") == 1
+    assert words in err
+    assert slurm_fake.snapshots == 0 and slurm_fake.drains == []

@@ -211,6 +211,29 @@ def test_thresholds_from_mapping_and_config() -> None:
     assert HealthThresholds.from_config(object()) == HealthThresholds()
 
 
+def test_config_keys_become_thresholds_with_zero_for_none(tmp_path: Path) -> None:
+    from slurmopt.config import Config, load_config
+
+    assert HealthThresholds.from_config(Config()) == HealthThresholds()
+    path = tmp_path / "slurmopt.toml"
+    path.write_text(
+        "health_max_temperature_c = 35\nhealth_pcie_min_width = 8\nhealth_expected_gpus = 0\n"
+        "health_xid_drain = [13, 79]\nhealth_xid_degraded = []\n"
+        "health_nvlink_errors_degraded = 0\nhealth_nvlink_min_active = 0\n"
+    )
+    t = HealthThresholds.from_config(load_config(path, env={}))
+    assert (t.max_temperature_c, t.pcie_min_width, t.expected_gpus) == (35, 8, None)
+    assert (t.nvlink_errors_degraded, t.nvlink_min_active) == (None, None)
+    assert t.xid_drain == frozenset({13, 79}) and t.xid_degraded == frozenset()
+    # The config changes verdicts: 40 C is now too hot, x8 is wide enough, Xid 13 drains.
+    assert judge_gpu(healthy_gpu(), t).severity is Severity.DEGRADED
+    assert judge_gpu(healthy_gpu(), HealthThresholds()).severity is Severity.HEALTHY
+    narrow = healthy_gpu(temperature_c=30, pcie=PcieLink(5, 5, 8, 16))
+    assert judge_gpu(narrow, t).severity is Severity.HEALTHY
+    assert judge_gpu(healthy_gpu(xids=(13,)), t).severity is Severity.DRAIN
+    assert judge_gpu(healthy_gpu(xids=(13,)), HealthThresholds()).severity is Severity.HEALTHY
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
