@@ -42,6 +42,7 @@ def _register() -> None:
     from slurmopt.cli.simulate import simulate_cmd
     from slurmopt.cli.submit import submit
     from slurmopt.cli.topology import topology
+    from slurmopt.cli.verify import verify
 
     cli.add_command(explain)
     cli.add_command(fragmentation)
@@ -54,6 +55,7 @@ def _register() -> None:
     cli.add_command(simulate_cmd, name="simulate")
     cli.add_command(plugin)
     cli.add_command(preemptions)
+    cli.add_command(verify)
 
 
 _register()

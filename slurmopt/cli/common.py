@@ -69,3 +69,13 @@ def connect_for(ctx: click.Context, config: Config) -> SlurmClient:
     if backend == "rest" and config.rest_url:
         return connect("rest", url=config.rest_url)
     return connect(backend)
+
+
+#: ``--fabric FILE`` for commands that otherwise discover the fabric from Slurm.
+fabric_option = click.option(
+    "--fabric",
+    "fabric_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Fabric description file (default: discovered from Slurm).",
+)

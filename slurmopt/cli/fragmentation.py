@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from slurmopt.cli.common import emit_json, print_table
+from slurmopt.cli.common import emit_json, fabric_option, print_table
 from slurmopt.errors import UsageError
 from slurmopt.policy.fragmentation import (
     QUEUE_SOURCE,
@@ -218,13 +218,7 @@ def _print_report(report: FragmentationReport) -> None:
 @click.command()
 @click.option("--partition", "-p", default=None, help="Only this partition's nodes (default: all).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema v1).")
-@click.option(
-    "--fabric",
-    "fabric_file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Fabric description file (default: discovered from Slurm).",
-)
+@fabric_option
 @click.option(
     "--job-sizes",
     default=QUEUE_SOURCE,

@@ -17,6 +17,7 @@ the cause.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -55,6 +56,14 @@ _RETIRED_BY_DBE = 1  # NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
 _EVENT_XID = 0x8  # nvmlEventTypeXidCriticalError
 _NVLINK_MAX_LINKS = 18  # NVLink 4 (H100/H200); later parts report the rest as invalid
 _NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")  # DL_REPLAY .. DL_CRC_DATA
+_NVLINK_DEVICE_GPU = 0  # nvmlIntNvLinkDeviceType_t
+_NVLINK_DEVICE_SWITCH = 2
+
+#: nvmlGpuTopologyLevel_t, closest first, with the label ``nvidia-smi topo -m`` prints for it.
+#: INTERNAL (two GPUs on one board) has no label of its own; it is at least as close as PIX.
+TOPOLOGY_LABELS: Mapping[int, str] = MappingProxyType(
+    {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+)
 
 #: Codes meaning "this node has no usable NVML at all", with what an operator should check.
 _NO_DRIVER_HINTS: Mapping[int, str] = MappingProxyType(
@@ -120,6 +129,9 @@ class NvmlBackend(Protocol):
     def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]: ...
     def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int: ...
     def nvmlDeviceGetNvLinkErrorCounter(self, handle: Any, link: int, counter: int) -> int: ...
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Any, link: int) -> Any: ...
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int) -> int: ...
+    def nvmlDeviceGetTopologyCommonAncestor(self, handle1: Any, handle2: Any) -> int: ...
     def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int: ...
     def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int: ...
     def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int: ...
@@ -131,6 +143,27 @@ class NvmlBackend(Protocol):
 
 
 # ---------------------------------------------------------------------- readings
+
+
+class _PlainRecord:
+    """``as_dict()`` for the frozen reading types: plain JSON-ready values."""
+
+    __slots__ = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values."""
+        result: dict[str, Any] = plain(self)
+        return result
+
+
+class _FrozenReading(_PlainRecord):
+    """A reading whose ``unavailable`` map (query -> why it failed) is read-only."""
+
+    __slots__ = ()
+    unavailable: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "unavailable", MappingProxyType(dict(self.unavailable)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +235,7 @@ class PcieLink:
 
 
 @dataclass(frozen=True, slots=True)
-class GpuReading:
+class GpuReading(_FrozenReading):
     """One GPU as NVML reported it.
 
     ``lost`` is set when NVML says the GPU is gone (``GPU_IS_LOST``); the
@@ -231,17 +264,9 @@ class GpuReading:
     lost: bool = False
     unavailable: Mapping[str, str] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "unavailable", MappingProxyType(dict(self.unavailable)))
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready values."""
-        result: dict[str, Any] = plain(self)
-        return result
-
 
 @dataclass(frozen=True, slots=True)
-class NodeReading:
+class NodeReading(_PlainRecord):
     """Every GPU of one node, read at ``taken_at``.
 
     ``errors`` are node-level read problems; ``unattributed_xids`` are Xid
@@ -254,11 +279,6 @@ class NodeReading:
     taken_at: float = 0.0
     errors: tuple[str, ...] = ()
     unattributed_xids: tuple[int, ...] = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready values."""
-        result: dict[str, Any] = plain(self)
-        return result
 
 
 def plain(value: Any) -> Any:
@@ -647,6 +667,267 @@ def read_node(node: str, backend: NvmlBackend | None = None, xid_wait_ms: int = 
         return reader.read(node)
 
 
+# ---------------------------------------------------------------------- topology and power
+
+
+def init_nvml(backend: NvmlBackend | None = None) -> NvmlBackend:
+    """An initialised NVML for one-off queries; :class:`NvmlUnavailable` without a driver.
+
+    The caller shuts it down (``nvmlShutdown``) when done.
+    """
+    nvml = load_pynvml() if backend is None else backend
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        code = _code(exc)
+        hint = _NO_DRIVER_HINTS.get(code or -1)
+        cause = f"{_error_text(exc)} ({hint})" if hint else _error_text(exc)
+        raise NvmlUnavailable(f"NVML unavailable: nvmlInit failed: {cause}") from None
+    return nvml
+
+
+def _bus_key(bus_id: str | bytes) -> tuple[int, ...]:
+    """A PCI bus id as numbers, so ``0000:18:00.0`` and ``00000000:18:00.0`` compare equal."""
+    text = _text(bus_id).strip().replace(".", ":")
+    try:
+        return tuple(int(part, 16) for part in text.split(":"))
+    except ValueError:
+        return (-1,)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTopology(_FrozenReading):
+    """How this node's GPUs reach each other, as ``nvidia-smi topo -m`` shows it.
+
+    ``matrix[i][j]`` is ``X`` on the diagonal, ``NV<n>`` where ``n`` active
+    NVLinks join the two (directly, or both through NVSwitches: then ``n``
+    is the smaller of their switch link counts), else the PCIe level of
+    their closest common ancestor (PIX, PXB, PHB, NODE, SYS), or ``N/A``
+    where NVML cannot tell.  ``unavailable`` says why, per query that failed.
+    """
+
+    gpus: tuple[str, ...]
+    matrix: tuple[tuple[str, ...], ...]
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        """The matrix as aligned text rows, header first."""
+        width = max([4, *(len(c) for row in self.matrix for c in row), *map(len, self.gpus)])
+        head = " " * width + "".join(f"  {g:>{width}}" for g in self.gpus)
+        rows = [
+            f"{g:<{width}}" + "".join(f"  {c:>{width}}" for c in row)
+            for g, row in zip(self.gpus, self.matrix, strict=True)
+        ]
+        return [head.rstrip(), *rows]
+
+
+def read_topology(nvml: NvmlBackend) -> GpuTopology:
+    """The GPU-to-GPU matrix of an initialised NVML; failed queries become ``N/A``."""
+    unavailable: dict[str, str] = {}
+    try:
+        count = nvml.nvmlDeviceGetCount()
+    except nvml.NVMLError as exc:
+        return GpuTopology((), (), {"count": _error_text(exc)})
+    handles: list[Any] = []
+    for index in range(count):
+        try:
+            handles.append(nvml.nvmlDeviceGetHandleByIndex(index))
+        except nvml.NVMLError as exc:
+            unavailable[f"gpu{index}"] = _error_text(exc)
+            handles.append(None)
+    by_bus: dict[tuple[int, ...], int] = {}
+    for index, handle in enumerate(handles):
+        if handle is None:
+            continue
+        try:
+            by_bus[_bus_key(nvml.nvmlDeviceGetPciInfo(handle).busId)] = index
+        except nvml.NVMLError as exc:
+            unavailable[f"gpu{index}.pci"] = _error_text(exc)
+    direct: dict[tuple[int, int], int] = {}
+    to_switch = [0] * count
+    for index, handle in enumerate(handles):
+        if handle is not None:
+            _count_nvlinks(nvml, index, handle, by_bus, direct, to_switch, unavailable)
+    matrix: list[tuple[str, ...]] = []
+    for i in range(count):
+        row: list[str] = []
+        for j in range(count):
+            if i == j:
+                row.append("X")
+                continue
+            links = max(direct.get((i, j), 0), direct.get((j, i), 0))
+            links += min(to_switch[i], to_switch[j])
+            if links:
+                row.append(f"NV{links}")
+            elif handles[i] is None or handles[j] is None:
+                row.append("N/A")
+            else:
+                row.append(_pcie_level(nvml, i, j, handles[i], handles[j], unavailable))
+        matrix.append(tuple(row))
+    names = tuple(f"GPU{i}" for i in range(count))
+    return GpuTopology(names, tuple(matrix), unavailable)
+
+
+def _count_nvlinks(
+    nvml: NvmlBackend,
+    index: int,
+    handle: Any,
+    by_bus: Mapping[tuple[int, ...], int],
+    direct: dict[tuple[int, int], int],
+    to_switch: list[int],
+    unavailable: dict[str, str],
+) -> None:
+    """Add GPU ``index``'s active NVLinks to ``direct`` (per peer GPU) or ``to_switch``."""
+    for link in range(_NVLINK_MAX_LINKS):
+        try:
+            if not nvml.nvmlDeviceGetNvLinkState(handle, link):
+                continue
+            remote = nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link)
+        except nvml.NVMLError as exc:
+            if _code(exc) not in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_INVALID_ARGUMENT):
+                unavailable.setdefault(f"gpu{index}.nvlink", _error_text(exc))
+            continue
+        peer = by_bus.get(_bus_key(remote.busId))
+        if peer is not None and peer != index:
+            direct[index, peer] = direct.get((index, peer), 0) + 1
+            continue
+        try:
+            kind: int | None = nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+        except nvml.NVMLError:
+            kind = None  # older drivers: a link to no GPU of this node goes to a switch
+        if kind == _NVLINK_DEVICE_SWITCH or (kind is None and peer is None):
+            to_switch[index] += 1
+
+
+def _pcie_level(
+    nvml: NvmlBackend, i: int, j: int, a: Any, b: Any, unavailable: dict[str, str]
+) -> str:
+    try:
+        level = int(nvml.nvmlDeviceGetTopologyCommonAncestor(a, b))
+    except nvml.NVMLError as exc:
+        unavailable.setdefault("pcie", _error_text(exc))
+        return "N/A"
+    return TOPOLOGY_LABELS.get(level, "N/A")
+
+
+@dataclass(frozen=True, slots=True)
+class PowerDraw:
+    """One GPU's power while sampled: peak and mean draw against its enforced limit (watts).
+
+    ``unavailable`` says why draw or limit is missing.
+    """
+
+    index: int
+    samples: int
+    peak_w: float | None
+    mean_w: float | None
+    limit_w: float | None
+    unavailable: str = ""
+
+    @property
+    def peak_share(self) -> float | None:
+        """Peak draw as a share of the limit."""
+        if self.peak_w is None or not self.limit_w:
+            return None
+        return self.peak_w / self.limit_w
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values."""
+        result: dict[str, Any] = plain(self)
+        result["peak_share"] = self.peak_share
+        return result
+
+
+class PowerSampler:
+    """Samples every GPU's power draw from a background thread between start() and stop().
+
+    ``start()`` and ``stop()`` each take one sample themselves, so even a
+    load shorter than the interval is measured.  NVML must be initialised
+    (:func:`init_nvml`) for the whole time.
+    """
+
+    def __init__(self, nvml: NvmlBackend, interval_s: float = 0.1) -> None:
+        self.nvml = nvml
+        self.interval_s = max(0.01, float(interval_s))
+        self._handles: list[Any] = []
+        self._limits: list[float | None] = []
+        self._samples: list[list[float]] = []
+        self._why: list[str] = []
+        self._opened = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _open(self) -> None:
+        self._opened = True
+        nvml = self.nvml
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except nvml.NVMLError:
+            count = 0
+        for index in range(count):
+            why, limit, handle = "", None, None
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                limit = nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0
+            except nvml.NVMLError as exc:
+                why = f"power limit: {_error_text(exc)}"
+            self._handles.append(handle)
+            self._limits.append(limit)
+            self._samples.append([])
+            self._why.append(why)
+
+    def sample(self) -> None:
+        """Read every GPU's draw once."""
+        if not self._opened:
+            self._open()
+        nvml = self.nvml
+        for index, handle in enumerate(self._handles):
+            if handle is None:
+                continue
+            try:
+                self._samples[index].append(nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
+            except nvml.NVMLError as exc:
+                self._why[index] = f"power draw: {_error_text(exc)}"
+
+    def start(self) -> None:
+        """Take a sample now and keep sampling every ``interval_s`` until :meth:`stop`."""
+        self.sample()
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="power-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def stop(self) -> tuple[PowerDraw, ...]:
+        """Stop sampling, take a last sample, and summarise each GPU."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        self.sample()
+        return self.summary()
+
+    def summary(self) -> tuple[PowerDraw, ...]:
+        """Peak and mean of the samples so far, per GPU."""
+        draws = []
+        for index, samples in enumerate(self._samples):
+            draws.append(
+                PowerDraw(
+                    index=index,
+                    samples=len(samples),
+                    peak_w=max(samples) if samples else None,
+                    mean_w=sum(samples) / len(samples) if samples else None,
+                    limit_w=self._limits[index],
+                    unavailable=self._why[index],
+                )
+            )
+        return tuple(draws)
+
+
 # ---------------------------------------------------------------------- the fake
 
 
@@ -687,7 +968,11 @@ class FakeNvml:
     ``retired_pages`` ``{single_bit, double_bit, pending}``, ``remapped_rows``
     ``[corr, unc, pending, failure]``, ``xid_events`` ``[79, ...]``, ``nvlink``
     ``{links, inactive: [..], errors: {"3": {recovery: 5}}}``, ``pcie``
-    ``{generation, max_generation, width, max_width}``, ``lost``.  Any value may
+    ``{generation, max_generation, width, max_width}``, ``lost``.  An ``nvlink``
+    may name each link's far end in ``remote`` (``{"0": 3, "1": "switch"}``: GPU 3,
+    an NVSwitch; ``remote_default`` for the links not listed); without it NVML
+    cannot say (not supported).  The top-level ``topology`` is the PCIe matrix in
+    ``nvidia-smi topo -m`` labels (``[["X", "PIX"], ["PIX", "X"]]``).  Any value may
     instead be an error name from :data:`FAKE_ERRORS` (e.g. ``"NOT_SUPPORTED"``),
     which that call then raises; a ``lost`` GPU raises ``GPU_IS_LOST`` for every
     query but still delivers its Xid events.
@@ -824,6 +1109,35 @@ class FakeNvml:
             raise FakeNvmlError(NVML_ERROR_INVALID_ARGUMENT)
         errors = nvlink.get("errors", {}).get(str(link), {})
         return int(self._value(errors.get(_NVLINK_COUNTERS[counter], 0)))
+
+    def _nvlink_remote(self, handle: Any, link: int) -> Any:
+        nvlink = self._field(handle, "nvlink")
+        if not 0 <= link < int(nvlink.get("links", 0)):
+            raise FakeNvmlError(NVML_ERROR_INVALID_ARGUMENT)
+        remote = nvlink.get("remote", {}).get(str(link), nvlink.get("remote_default"))
+        return self._value("NOT_SUPPORTED" if remote is None else remote)
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Any, link: int) -> SimpleNamespace:
+        remote = self._nvlink_remote(handle, link)
+        if remote == "switch":
+            bus_id = f"00000000:{0xA0 + link % 4:02X}:00.0"  # one of four NVSwitches
+        else:
+            bus_id = str(self.gpus[int(remote)]["pci_bus_id"])
+        return SimpleNamespace(busId=bus_id.encode(), busIdLegacy=bus_id[4:].encode())
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int) -> int:
+        remote = self._nvlink_remote(handle, link)
+        return _NVLINK_DEVICE_SWITCH if remote == "switch" else _NVLINK_DEVICE_GPU
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, handle1: Any, handle2: Any) -> int:
+        self._gpu(handle1)
+        self._gpu(handle2)
+        matrix = self._value(self.description.get("topology", "NOT_SUPPORTED"))
+        label = self._value(matrix[int(handle1)][int(handle2)])
+        levels = {v: k for k, v in TOPOLOGY_LABELS.items() if k}  # PIX is SINGLE, not INTERNAL
+        if label not in levels:
+            raise FakeNvmlError(NVML_ERROR_INVALID_ARGUMENT)
+        return levels[label]
 
     def _pcie(self, handle: Any, key: str) -> int:
         return int(self._value(self._field(handle, "pcie")[key]))

@@ -18,9 +18,12 @@ from slurmopt.health.nvml import (
     NvmlReader,
     NvmlUnavailable,
     PcieLink,
+    PowerSampler,
     RemappedRows,
     RetiredPages,
+    init_nvml,
     read_node,
+    read_topology,
 )
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvml"
@@ -202,3 +205,90 @@ def test_importing_the_health_package_does_not_import_pynvml() -> None:
     code = "import sys, slurmopt.health, slurmopt.cli; print('pynvml' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------------- topology and power
+
+
+def _topology_fake(count: int, pcie: list[list[str]] | None, **gpus: Any) -> FakeNvml:
+    description: dict[str, Any] = {"gpu_count": count, "defaults": {}, "gpus": gpus}
+    if pcie is not None:
+        description["topology"] = pcie
+    return FakeNvml(description)
+
+
+def test_nvswitch_node_is_nv18_between_every_pair() -> None:
+    description = copy.deepcopy(fixture("h100_healthy"))
+    description["defaults"]["nvlink"]["remote_default"] = "switch"
+    nvml = init_nvml(FakeNvml(description))
+    topology = read_topology(nvml)
+    assert topology.gpus == tuple(f"GPU{i}" for i in range(8))
+    for i, row in enumerate(topology.matrix):
+        assert row[i] == "X"
+        assert [c for j, c in enumerate(row) if j != i] == ["NV18"] * 7
+    assert dict(topology.unavailable) == {}
+
+
+def test_direct_nvlinks_are_counted_per_peer_and_pcie_levels_fill_the_rest() -> None:
+    pcie = [
+        ["X", "PIX", "NODE", "SYS"],
+        ["PIX", "X", "NODE", "SYS"],
+        ["NODE", "NODE", "X", "PXB"],
+        ["SYS", "SYS", "PXB", "X"],
+    ]
+    nvml = _topology_fake(
+        4,
+        pcie,
+        **{
+            # GPUs 0 and 1 share 3 links, one of which is down; 2 and 3 share 1.
+            "0": {"nvlink": {"links": 3, "inactive": [2], "remote": {"0": 1, "1": 1, "2": 1}}},
+            "1": {"nvlink": {"links": 3, "inactive": [2], "remote": {"0": 0, "1": 0, "2": 0}}},
+            "2": {"nvlink": {"links": 1, "remote": {"0": 3}}},
+            "3": {"nvlink": {"links": 1, "remote": {"0": 2}}},
+        },
+    )
+    topology = read_topology(init_nvml(nvml))
+    assert topology.matrix == (
+        ("X", "NV2", "NODE", "SYS"),
+        ("NV2", "X", "NODE", "SYS"),
+        ("NODE", "NODE", "X", "NV1"),
+        ("SYS", "SYS", "NV1", "X"),
+    )
+    lines = topology.lines()
+    assert lines[0].split() == ["GPU0", "GPU1", "GPU2", "GPU3"]
+    assert lines[1].split() == ["GPU0", "X", "NV2", "NODE", "SYS"]
+    assert json.loads(json.dumps(topology.as_dict()))["matrix"][2][3] == "NV1"
+
+
+def test_topology_without_nvlink_or_pcie_answers_is_na_with_the_reason() -> None:
+    topology = read_topology(init_nvml(_topology_fake(2, None)))
+    assert topology.matrix == (("X", "N/A"), ("N/A", "X"))
+    assert topology.unavailable["pcie"] == "Not Supported"
+
+
+def test_power_sampler_reports_peak_and_mean_against_the_limit() -> None:
+    nvml = fake("h100_healthy", gpu_count=2)
+    nvml.gpus[1]["power_usage_mw"] = "NOT_SUPPORTED"
+    init_nvml(nvml)
+    sampler = PowerSampler(nvml, interval_s=3600)  # the thread never fires: samples are explicit
+    sampler.start()  # first sample: 71.234 W
+    nvml.gpus[0]["power_usage_mw"] = 650000
+    sampler.sample()
+    nvml.gpus[0]["power_usage_mw"] = 550000
+    draws = sampler.stop()  # last sample
+    first, second = draws
+    assert (first.index, first.samples) == (0, 3)
+    assert first.peak_w == pytest.approx(650.0)
+    assert first.mean_w == pytest.approx((71.234 + 650.0 + 550.0) / 3)
+    assert first.limit_w == pytest.approx(700.0)
+    assert first.peak_share == pytest.approx(650.0 / 700.0)
+    assert first.unavailable == ""
+    assert second.samples == 0 and second.peak_w is None and second.peak_share is None
+    assert second.unavailable == "power draw: Not Supported"
+    assert second.limit_w == pytest.approx(700.0)
+    assert json.loads(json.dumps(first.as_dict()))["peak_share"] == pytest.approx(650 / 700)
+
+
+def test_init_nvml_without_a_driver_is_nvml_unavailable() -> None:
+    with pytest.raises(NvmlUnavailable, match=r"^NVML unavailable: nvmlInit failed: Driver Not"):
+        init_nvml(fake("h100_healthy", init_error="DRIVER_NOT_LOADED"))
