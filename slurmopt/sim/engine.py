@@ -6,6 +6,14 @@ Slurm's TIMEOUT would) and, for schedulers that ask for one, a periodic
 tick.  All events at one instant are applied together, then the scheduler
 sees one snapshot and its starts are applied at that instant.
 
+The tick follows Slurm's backfill agent (``backfill_agent()``): after a pass
+it sleeps ``tick_s``, then polls and passes again as soon as something
+changed since its last pass.  A pass that tested waiting jobs counts as a
+change (it rewrites their expected start times), so while jobs wait the
+passes come every ``tick_s`` from the first one; after a quiet spell the
+first arrival or end is served at once.  Passes at which nothing happened
+since the previous one are not run (they start nothing) but keep the rhythm.
+
 A pass is skipped only where it provably starts nothing: no job ended since
 the last pass (so no GPU was freed), every new job ranks after every job
 already waiting (so no reservation made for those moves), and no new job
@@ -50,6 +58,50 @@ class _Clock:
 
 
 @dataclass
+class _Agent:
+    """When the periodic pass runs: Slurm's backfill agent; see the module docstring."""
+
+    period: float
+    #: The agent's last pass, run or skipped.
+    last: float = -math.inf
+    #: That pass tested waiting jobs, so the agent passes again ``period`` after it.
+    again: bool = False
+    #: First arrival or end since that pass (None: none).
+    changed_at: float | None = None
+
+    def next_pass(self) -> float:
+        """When the agent passes next unless something changes first (inf: it waits)."""
+        if self.changed_at is not None:
+            return max(self.last + self.period, self.changed_at)
+        return self.last + self.period if self.again else math.inf
+
+    def settle(self, at: float, waiting: bool) -> None:
+        """Count the passes before ``at`` the engine did not stop for: nothing new in them.
+
+        ``waiting`` is whether jobs waited since the last instant (it cannot
+        change between instants).  Such a pass tests them, so the agent keeps
+        passing every ``period`` up to ``at``; with none waiting it sleeps.
+        """
+        t = self.next_pass()
+        if t >= at:
+            return
+        self.last, self.again, self.changed_at = t, waiting, None
+        if waiting:
+            self.last += (math.ceil((at - t) / self.period - 1e-9) - 1) * self.period
+
+    def change(self, at: float) -> None:
+        if self.changed_at is None:
+            self.changed_at = at
+
+    def due(self, at: float) -> bool:
+        """A pass at ``at`` with something new since the last one."""
+        return self.changed_at is not None and self.next_pass() <= at
+
+    def passed(self, at: float, tested: bool) -> None:
+        self.last, self.again, self.changed_at = at, tested, None
+
+
+@dataclass
 class Simulation:
     """One trace replayed on one fabric under one scheduler; :meth:`run` returns the metrics."""
 
@@ -70,22 +122,29 @@ class Simulation:
         shapes = _shapes(jobs)
         outcomes: dict[int, JobOutcome] = {}
         ends: list[tuple[float, int]] = []
-        next_tick = math.inf
-        dirty = False
+        tick_s = self.scheduler.tick_s
+        agent = _Agent(tick_s) if tick_s else None
         arrival = 0
         passes = events = 0
         clock = _Clock()
         pending_priorities: dict[int, int] = {}
         wall = time.perf_counter()
         while True:
+            # Stop for a pass only when it can start something: news since the last one
+            # and jobs waiting; other passes are counted when the next event comes.
+            wake = math.inf
+            if agent is not None and agent.changed_at is not None and cluster.pending:
+                wake = agent.next_pass()
             at = min(
                 jobs[arrival].submit_s if arrival < len(jobs) else math.inf,
                 ends[0][0] if ends else math.inf,
-                next_tick,
+                wake,
             )
             if at == math.inf:
                 break
             self._advance(clock, at)
+            if agent is not None:
+                agent.settle(at, bool(cluster.pending))
             freed = False
             while ends and ends[0][0] <= at:
                 _, job_id = heapq.heappop(ends)
@@ -102,19 +161,19 @@ class Simulation:
                 arrived.append(job)
             if arrived and self.progress is not None:
                 self.progress(arrival, len(jobs))
-            tick = next_tick <= at
-            if tick:
-                next_tick = math.inf
-            if freed or arrived:
-                dirty = True
+            tick = False
+            if agent is not None:
+                if freed or arrived:
+                    agent.change(at)
+                tick = agent.due(at)
+                if tick:
+                    agent.passed(at, bool(cluster.pending))
             starts: list[tuple[int, tuple[str, ...]]] = []
             if cluster.pending and (tick or freed or arrived):
                 run_pass = tick or freed or self._might_start(arrived, pending_priorities)
                 if run_pass:
                     passes += 1
                     starts = self.scheduler.schedule(cluster, at, tick)
-                    if tick:
-                        dirty = False
             for job in arrived:
                 pending_priorities[job.job_id] = job.priority
             for job_id, nodes in starts:
@@ -132,9 +191,6 @@ class Simulation:
                     outcome.timed_out = True
                 outcome.end = at + run
                 heapq.heappush(ends, (at + run, job_id))
-            tick_s = self.scheduler.tick_s
-            if tick_s and dirty and cluster.pending and next_tick == math.inf:
-                next_tick = (math.floor(at / tick_s) + 1) * tick_s
             clock.fgd_now = fgd_unusable_share(cluster.histogram, shapes)[0]
             self.samples.append(
                 Sample(at, cluster.allocated, cluster.stranded, len(cluster.pending), clock.fgd_now)

@@ -7,17 +7,17 @@
 * ``slurm-fifo``: Slurm's ``sched/builtin``: strict priority order, each
   job on the first nodes by index with enough free GPUs, and the first job
   that does not fit stops the pass (no backfill).
-* ``slurm-backfill-tree``: Slurm's ``sched/backfill`` with
-  ``topology/tree``.  At every event the main scheduler starts jobs in
-  priority order until one does not fit; every ``bf_interval`` seconds (when
-  something changed) the backfill pass walks up to ``bf_max_job_test``
-  jobs: each starts now if it fits without touching the nodes held for
-  the jobs before it, else it holds SPECIFIC nodes from the earliest time
-  they free up, if that is within ``bf_window``.  Nodes are chosen as
-  ``topology/tree`` does: one leaf if possible (the leaf with the fewest
-  usable nodes that suffice), else the lowest-level switch whose subtree
-  holds the job (best fit), filled leaf by leaf (a leaf that holds the
-  rest, the smallest such; else the fullest leaf).
+* ``slurm-backfill-tree``: Slurm 22.05's ``sched/backfill`` with
+  ``topology/tree``.  At every arrival and end the main scheduler starts
+  jobs in priority order until one does not fit (Slurm then marks the
+  partition failed and tries no lower job in it).  The backfill pass comes
+  when Slurm's backfill agent would run it (``bf_interval`` after its last
+  pass, at once after a quiet spell; see :mod:`slurmopt.sim.engine`) and
+  walks up to ``bf_max_job_test`` jobs: each starts now if it fits without
+  touching the nodes held for the jobs before it, else it holds SPECIFIC
+  nodes, whole as in Slurm's backfill map, from the earliest time they free
+  up, if that is within ``bf_window``.  Nodes are chosen as ``topology/tree``
+  does (:class:`TreePlacement`).
 
 The planner cannot express the two baselines (it has no strict-FIFO mode
 and chooses nodes by fewest leaves and FGD, not by node index), so they are
@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+import networkx as nx
 
 from slurmopt.fabric import Fabric
 from slurmopt.model import Job
@@ -54,8 +56,8 @@ class Scheduler(Protocol):
 
     ``schedule`` returns the jobs to start now and their nodes; it must not
     change the cluster (the engine applies the starts).  ``tick_s`` asks
-    the engine for a periodic pass (``tick=True``) while something changed
-    since the last one; None means event passes only.
+    the engine for a periodic pass (``tick=True``), timed as Slurm's backfill
+    agent times its passes; None means event passes only.
     """
 
     name: str
@@ -83,69 +85,161 @@ class PlannerScheduler:
 
 
 class TreePlacement:
-    """``topology/tree`` node choice over the fabric's leaves and the switches above them."""
+    """``topology/tree`` node choice, as Slurm 22.05's ``_eval_nodes_topo`` makes it.
+
+    With equal node weights and no required nodes Slurm picks leaves one at a
+    time and takes each one's usable nodes in index order.  A leaf beats the
+    best so far when both are as close (switch hops summed over the leaves
+    already picked) and it fits tighter: of two leaves that each hold the rest
+    of the job, the one with fewer usable nodes; of a leaf that holds it and
+    one that does not, the first; of two that do not, the one whose parent
+    switch holds it (climbing while the parents differ), else the larger.  A
+    closer leaf wins unless it fits worse.  Ties go to the switch listed first;
+    the fabric keeps no file order, so here that is the one whose first node
+    comes first.  A node under no leaf is a group of its own below the switch
+    it is wired to.
+    """
 
     def __init__(self, fabric: Fabric, order: dict[str, int]) -> None:
         self.order = order
-        self.group_of = {n: fabric.leaf_of(n) or n for n in order}
-        self.upper: list[list[tuple[str, frozenset[str]]]] = []
         graph = fabric.graph
-        for level, switches in fabric.levels().items():
-            if level == 0:
+        self.group_of = {n: fabric.leaf_of(n) or n for n in order}
+        rank: dict[str, int] = {}
+        self._position: dict[str, str | None] = {}
+        for name, i in order.items():
+            group = self.group_of[name]
+            rank[group] = min(rank.get(group, i), i)
+            self._position[group] = group if group != name else fabric.attachment_of(name)
+        #: Groups (leaves) in Slurm's switch-table order.
+        self.groups = sorted(rank, key=lambda g: (rank[g], g))
+        self._level = {sw: int(graph.nodes[sw].get("level", 0)) for sw in fabric.switches}
+        # A switch's parent is its first uplink (Slurm keeps one); the top is its own parent.
+        self._parent: dict[str, str] = {}
+        for sw in fabric.switches:
+            ups = fabric.uplinks(sw)
+            self._parent[sw] = ups[0] if ups else sw
+        for group, pos in self._position.items():
+            if group not in fabric.switches:
+                self._parent[group] = pos if pos is not None else group
+        # The groups under each switch, through any path of uplinks.
+        self._below: dict[str, set[str]] = {}
+        for group, pos in self._position.items():
+            stack = [pos] if pos is not None else []
+            seen: set[str] = set()
+            while stack:
+                sw = stack.pop()
+                if sw in seen:
+                    continue
+                seen.add(sw)
+                self._below.setdefault(sw, set()).add(group)
+                stack.extend(fabric.uplinks(sw))
+        self._rank = rank
+        switch_rank = {sw: min(rank[g] for g in groups) for sw, groups in self._below.items()}
+        #: Switches in the order Slurm looks for the top one: highest level, then listed first.
+        self._tops = sorted(self._below, key=lambda sw: (-self._level[sw], switch_rank[sw], sw))
+        self._switch_graph = graph.subgraph(fabric.switches)
+        self._hops: dict[str, dict[str, int]] = {}
+        # What a top switch reaches: its part of the switch graph (a tree, or peers wired
+        # together as in a dragonfly); a node under no switch is a part of its own.
+        self._component: dict[str, int] = {}
+        for n, part in enumerate(nx.connected_components(self._switch_graph)):
+            self._component.update(dict.fromkeys(part, n))
+        for group, pos in self._position.items():
+            if group not in self._component:
+                self._component[group] = (
+                    self._component[pos] if pos is not None else -1 - len(self._component)
+                )
+
+    def _hops_from(self, group: str) -> dict[str, int]:
+        """Switch hops from ``group`` to every group it reaches (Slurm's ``switches_dist``)."""
+        found = self._hops.get(group)
+        if found is None:
+            pos = self._position[group]
+            found = {group: 0}
+            if pos is not None:
+                lengths = nx.single_source_shortest_path_length(self._switch_graph, pos)
+                for other in self.groups:
+                    other_pos = self._position[other]
+                    if other != group and other_pos is not None and other_pos in lengths:
+                        found[other] = lengths[other_pos]
+            self._hops[group] = found
+        return found
+
+    def _level_of(self, name: str) -> int:
+        return self._level.get(name, 0)
+
+    def _compare(self, i: str, j: str, rem: int, count: dict[str, int]) -> int:
+        """Slurm's ``_topo_compare_switches``: > 0 when ``i`` fits the ``rem`` nodes tighter."""
+        while True:
+            i_fit, j_fit = count.get(i, 0) >= rem, count.get(j, 0) >= rem
+            if i_fit and j_fit:
+                if count.get(i, 0) != count.get(j, 0):
+                    return 1 if count.get(i, 0) < count.get(j, 0) else -1
+                break
+            if i_fit != j_fit:
+                return 1 if i_fit else -1
+            pi, pj = self._parent.get(i, i), self._parent.get(j, j)
+            if (pi != i or pj != j) and pi != pj:
+                i, j = pi, pj
                 continue
-            row = []
-            for sw in switches:
-                below: set[str] = set()
-                stack = [sw]
-                while stack:
-                    u = stack.pop()
-                    lu = graph.nodes[u].get("level", 0)
-                    for v in graph.neighbors(u):
-                        if v in fabric.switches and graph.nodes[v].get("level", 0) < lu:
-                            if graph.nodes[v].get("level", 0) == 0:
-                                below.add(v)
-                            else:
-                                stack.append(v)
-                if below:
-                    row.append((sw, frozenset(below)))
-            if row:
-                self.upper.append(row)
+            break
+        if count.get(i, 0) != count.get(j, 0):
+            return 1 if count.get(i, 0) > count.get(j, 0) else -1
+        if self._level_of(i) != self._level_of(j):
+            return 1 if self._level_of(i) < self._level_of(j) else -1
+        return 0
 
     def place(self, usable: Sequence[str], k: int) -> list[str] | None:
         """``k`` of the ``usable`` nodes (given in node order), or None if they are too few."""
-        if len(usable) < k:
-            return None
-        by_leaf: dict[str, list[str]] = {}
+        if len(usable) < k or k <= 0:
+            return None if k > 0 else []
+        by_group: dict[str, list[str]] = {}
         for name in usable:
-            by_leaf.setdefault(self.group_of[name], []).append(name)
-        fitting = [(len(v), leaf) for leaf, v in by_leaf.items() if len(v) >= k]
-        if fitting:
-            return by_leaf[min(fitting)[1]][:k]
-        for row in self.upper:
-            best: tuple[int, str, frozenset[str]] | None = None
-            for sw, leaves in row:
-                count = sum(len(by_leaf.get(leaf, ())) for leaf in leaves)
-                if count >= k and (best is None or (count, sw) < best[:2]):
-                    best = (count, sw, leaves)
-            if best is not None:
-                return self._fill({leaf: by_leaf[leaf] for leaf in best[2] if leaf in by_leaf}, k)
-        return self._fill(by_leaf, k)
-
-    @staticmethod
-    def _fill(groups: dict[str, list[str]], k: int) -> list[str]:
-        """Leaf by leaf: the smallest leaf that holds the rest, else the fullest leaf whole."""
+            by_group.setdefault(self.group_of[name], []).append(name)
+        # The top switch: the highest level (first listed) above any usable node; nodes it
+        # cannot reach are dropped, as Slurm drops them.
+        top = next((sw for sw in self._tops if not self._below[sw].isdisjoint(by_group)), None)
+        if top is not None:
+            part = self._component[top]
+            if any(self._component.get(g) != part for g in by_group):
+                by_group = {g: v for g, v in by_group.items() if self._component.get(g) == part}
+                if sum(map(len, by_group.values())) < k:
+                    return None
+        count: dict[str, int] = {g: len(v) for g, v in by_group.items()}
+        # First leaf, all distances 0: if any leaf holds the job, the one with the fewest
+        # usable nodes (first listed on a tie), which is what the comparison below yields.
+        fits = [(c, self._rank[g], g) for g, c in count.items() if c >= k]
+        if fits:
+            return by_group[min(fits)[2]][:k]
+        for sw, groups in self._below.items():
+            if sw not in count:
+                count[sw] = sum(count.get(g, 0) for g in groups)
+        dist = dict.fromkeys(self.groups, 0.0)
         chosen: list[str] = []
-        need = k
-        remaining = dict(groups)
-        while need > 0 and remaining:
-            fit = [(len(v), leaf) for leaf, v in remaining.items() if len(v) >= need]
-            if fit:
-                chosen.extend(remaining[min(fit)[1]][:need])
-                break
-            leaf = min(remaining, key=lambda x: (-len(remaining[x]), x))
-            taken = remaining.pop(leaf)
+        rem = k
+        while rem > 0:
+            best: str | None = None
+            for group in self.groups:
+                if not count.get(group) or dist[group] == INFINITY:
+                    continue
+                if best is None:
+                    best = group
+                    continue
+                tcs = self._compare(group, best, rem, count)
+                if (dist[group] < dist[best] and tcs >= 0) or (
+                    dist[group] == dist[best] and tcs > 0
+                ):
+                    best = group
+            if best is None:
+                return None
+            taken = by_group[best][:rem]
             chosen.extend(taken)
-            need -= len(taken)
+            rem -= len(taken)
+            count[best] = 0
+            if rem > 0:
+                hops = self._hops_from(best)
+                for group in self.groups:
+                    dist[group] += hops.get(group, INFINITY)
         return chosen
 
 
@@ -260,8 +354,9 @@ class SlurmBackfillTree:
             held = tree.place([n for _, n in candidates], k)
             if held is None:
                 continue
+            # Slurm's backfill map holds whole nodes, whatever share of them the job needs.
             for name in held:
-                timeline.reserve(name, gpus, at, at + limit)
+                timeline.reserve(name, cluster.gpus_per_node, at, at + limit)
         return starts
 
 

@@ -1,0 +1,119 @@
+"""The ``slurm-backfill-tree`` baseline's Slurm 22.05 rules, each on a schedule worked out by hand.
+
+``fat-tree:4:4`` is four 8-GPU nodes under one leaf; ``fat-tree:1:1`` one
+8-GPU node.  Jobs without a priority column rank by submit time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurmopt.fabric import Fabric
+from slurmopt.fabric.generators import fat_tree
+from slurmopt.sim import CommModel, read_trace, simulate
+from slurmopt.sim.fabrics import parse_fabric_spec
+from slurmopt.sim.schedulers import TreePlacement
+
+OFF = CommModel(enabled=False)
+HEADER = "submit_s,duration_s,gpus,time_limit_s\n"
+
+
+def _starts(
+    tmp_path: Path, rows: str, fabric: str, bf_interval_s: float
+) -> dict[int, float | None]:
+    trace = tmp_path / "t.csv"
+    trace.write_text(HEADER + rows)
+    result = simulate(
+        read_trace(trace, "csv"),
+        parse_fabric_spec(fabric),
+        "slurm-backfill-tree",
+        OFF,
+        bf_interval_s=bf_interval_s,
+    )
+    return {o.job.job_id: o.start for o in result.outcomes}
+
+
+def test_idle_backfill_agent_passes_at_once(tmp_path: Path) -> None:
+    # All three arrive at 0.  The agent has not passed for bf_interval, so it passes at 0:
+    # job 1 starts, job 2 (2 nodes) is held for 100, job 3 (limit 10) backfills on the 4th
+    # node at once.  A pass on the clock's 30 s grid would have started job 3 at 30.
+    rows = "0,100,24,100\n0,100,16,100\n0,10,8,10\n"
+    assert _starts(tmp_path, rows, "fat-tree:4:4", 30) == {1: 0.0, 2: 100.0, 3: 0.0}
+
+
+def test_backfill_agent_after_a_quiet_spell_serves_the_first_change_at_once(
+    tmp_path: Path,
+) -> None:
+    # Job 1 starts in the pass at 0 and nothing waits after it: one more (empty) pass at 30,
+    # then none until something arrives.  At 100 three jobs do and the agent, idle for over
+    # 30 s, passes at once: job 2 starts (gpu1-3), job 3 is held until 200, job 4 (limit 10)
+    # backfills on gpu4 at 100.  On a 30 s grid it would have waited until 120.
+    rows = "0,10,8,10\n100,100,24,100\n100,100,16,100\n100,10,8,10\n"
+    starts = _starts(tmp_path, rows, "fat-tree:4:4", 30)
+    assert starts == {1: 0.0, 2: 100.0, 3: 200.0, 4: 100.0}
+
+
+def test_backfill_passes_every_interval_from_its_own_last_pass(tmp_path: Path) -> None:
+    # As above; job 3 keeps waiting, so after 100 the agent passes at 130 (job 4 ended at
+    # 110), 160, ...  Job 5 arrives at 137 behind the held job 3: the main scheduler stops at
+    # job 3 and the pass at 160 backfills job 5 on gpu4 (a grid from 0 would say 150).
+    rows = "0,10,8,10\n100,100,24,100\n100,100,16,100\n100,10,8,10\n137,10,8,10\n"
+    starts = _starts(tmp_path, rows, "fat-tree:4:4", 30)
+    assert starts == {1: 0.0, 2: 100.0, 3: 200.0, 4: 100.0, 5: 160.0}
+
+
+def test_backfill_holds_the_whole_node_for_a_waiting_job(tmp_path: Path) -> None:
+    # Two 8-GPU nodes.  Job 1 fills gpu1 until 100; job 2 (6 GPUs) takes gpu2 until 50.  Job 3
+    # wants 4 GPUs on each node: it is held on both from 100.  Job 4 (1 GPU, limit 200)
+    # arrives at 60: by GPU count it fits on gpu2 (8 free now, 4 left once job 3 starts),
+    # but Slurm's backfill map holds whole nodes, so it waits and starts with job 3 at 100.
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "submit_s,duration_s,gpus,nodes,gpus_per_node,time_limit_s\n"
+        "0,100,8,1,8,100\n0,50,6,1,6,50\n0,50,8,2,4,50\n60,10,1,1,1,200\n"
+    )
+    result = simulate(
+        read_trace(trace, "csv"), parse_fabric_spec("fat-tree:2:2"), "slurm-backfill-tree", OFF,
+        bf_interval_s=0,
+    )  # fmt: skip
+    starts = {o.job.job_id: (o.start, o.nodes) for o in result.outcomes}
+    assert starts == {
+        1: (0.0, ("gpu0001",)),
+        2: (0.0, ("gpu0002",)),
+        3: (100.0, ("gpu0001", "gpu0002")),
+        4: (100.0, ("gpu0001",)),
+    }
+
+
+def _placement(fabric: Fabric) -> TreePlacement:
+    names = sorted(fabric.compute_nodes)
+    return TreePlacement(fabric, {n: i for i, n in enumerate(names)})
+
+
+def test_equal_leaves_tie_to_the_one_listed_first_not_by_name() -> None:
+    # leafB holds the first nodes; with both leaves equally free Slurm takes the first switch
+    # of its table (topology.conf order), here the leaf whose first node comes first.
+    fabric = Fabric.from_leaf_map({"leafB": ["gpu1", "gpu2"], "leafA": ["gpu3", "gpu4"]})
+    tree = _placement(fabric)
+    assert tree.place(["gpu1", "gpu2", "gpu3", "gpu4"], 1) == ["gpu1"]
+    assert tree.place(["gpu1", "gpu2", "gpu3", "gpu4"], 2) == ["gpu1", "gpu2"]
+    # The leaf with fewer usable nodes that still holds the job wins over the first one.
+    assert tree.place(["gpu1", "gpu2", "gpu4"], 1) == ["gpu4"]
+
+
+def test_gang_leaves_follow_slurm_2205_best_fit_and_distance() -> None:
+    # Two pods of two 2-node leaves: leaf1 gpu1-2, leaf2 gpu3-4 (pod 1), leaf3 gpu5-6,
+    # leaf4 gpu7-8 (pod 2).  Usable: gpu1 (leaf1), gpu3 (leaf2), gpu5 and gpu6 (leaf3).
+    fabric = fat_tree(8, 2, 2, aggs_per_pod=1)
+    tree = _placement(fabric)
+    usable = ["gpu0001", "gpu0003", "gpu0005", "gpu0006"]
+    # 3 nodes: no leaf holds them.  leaf1 vs leaf2: same parent, same size, keep the first.
+    # leaf1 vs leaf3: the parents differ, so compare the pods: 2 usable each, neither holds
+    # 3, a tie, keep leaf1.  Then the closest leaf, leaf2 (2 hops; leaf3 is 4), then leaf3:
+    # three leaves where two would do; that is what 22.05 does.
+    assert tree.place(usable, 3) == ["gpu0001", "gpu0003", "gpu0005"]
+    # 2 nodes: leaf3 holds them whole and is the only leaf that does.
+    assert tree.place(usable, 2) == ["gpu0005", "gpu0006"]
+    # 1 node: every leaf holds it; leaf1 and leaf2 have one usable node each, the tightest,
+    # and leaf1 is listed first.
+    assert tree.place(usable, 1) == ["gpu0001"]
