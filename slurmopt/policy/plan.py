@@ -145,6 +145,10 @@ class Policy:
     when one leaf frees up only later than this share of the job's time
     limit from now, the gang starts now on the fewest leaves instead (None:
     wait however long it takes).
+    ``align_ends``: among partly used nodes equally good for FGD, a
+    single-node job goes where the jobs already running end closest to its
+    own time limit, so that the node empties at once rather than leaving a
+    few free GPUs stranded while one job runs on.
     ``partitions``: the partitions slurmopt places jobs in (None: all).
     ``job_sizes``: the distribution the FGD measure uses (None: the queue).
     """
@@ -152,6 +156,7 @@ class Policy:
     backfill_depth: int = 100
     require_single_leaf: bool = True
     compact_wait_share: float | None = 0.5
+    align_ends: bool = True
     partitions: frozenset[str] | None = None
     job_sizes: JobSizeDistribution | None = None
 
@@ -480,6 +485,10 @@ class PlannerCache:
                 JobShape(n, d, float(c)) for (n, d), c in sorted(self._shape_counts.items())
             )
         return self._shapes
+
+    def running_releases(self, name: str) -> list[tuple[float, int]]:
+        """When the node's running jobs give their GPUs back, sorted (no reservations)."""
+        return self._events.get(name, [])
 
     def timeline(self, now: float) -> Timeline:
         """A fresh timeline at ``now``; it copies an event list before changing it."""
@@ -982,9 +991,51 @@ class _Planner:
                 break
             if not blocked and self._fits_now(job, node, constraint, end, respect=False):
                 blocked = True
+        if found is not None and self.policy.align_ends and heap:
+            found = self._closest_end(heap, found, free, job, constraint, end)
         for entry in skipped:
             heapq.heappush(heap, entry)
         return found, blocked
+
+    def _closest_end(
+        self,
+        heap: list[tuple[int, int, str]],
+        first: str,
+        free: int,
+        job: Job,
+        constraint: Constraint,
+        end: float,
+    ) -> str:
+        """Of the partly used nodes with ``free`` free GPUs, the one whose jobs end nearest ``end``.
+
+        A node whose GPUs all free up within a short span empties whole; one
+        that keeps a single long job strands the rest.  Only partly used
+        nodes are compared (an idle node has no end to match), and the heap
+        order breaks ties, so with no running jobs nothing changes.
+        """
+        gap = self._end_gap(first, end)
+        if gap is None:
+            return first
+        best = (gap, first)
+        for _, _, name in heap:  # the heap's own list, read without popping
+            if self.timeline.free[name] != free:
+                continue
+            other = self._end_gap(name, end)
+            if other is None or other >= best[0]:
+                continue
+            if self._fits_now(job, self.snapshot.nodes[name], constraint, end, respect=True):
+                best = (other, name)
+        return best[1]
+
+    def _end_gap(self, name: str, end: float) -> float | None:
+        """Seconds between ``end`` and the last running job's end on the node; None when idle."""
+        if name in self.timeline.reserved:
+            events = self.cache.running_releases(name)
+        else:
+            events = self.timeline.events.get(name, [])
+        if not events:
+            return None
+        return abs(events[-1][0] - end)
 
     def _node_order(self, name: str) -> tuple[int, int, int, str]:
         node = self.snapshot.nodes[name]

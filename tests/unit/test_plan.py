@@ -285,3 +285,26 @@ def test_plan_to_json_is_plain_json() -> None:
     }
     assert doc["unplaced"][0]["job_id"] == 2
     assert doc["now"] == NOW
+
+
+def _two_half_used_nodes(job_limit_s: int) -> tuple[object, object]:
+    """n0 and n1 each run a 4-GPU job, ending in 1000 s and 20000 s; a 4-GPU job waits."""
+    nodes = [gpu_node("n0", alloc=4), gpu_node("n1", alloc=4), gpu_node("n2")]
+    jobs = [
+        running(901, ["n0"], gpus=4, ends_in=1000.0),
+        running(902, ["n1"], gpus=4, ends_in=20_000.0),
+        pending(1, gpus=4, time_limit_s=job_limit_s),
+    ]
+    return snapshot(nodes, jobs), leaf_fabric({"leaf": ["n0", "n1", "n2"]})
+
+
+def test_single_node_job_joins_the_node_whose_jobs_end_nearest_its_own_end() -> None:
+    for limit, expected in ((1200, "n0"), (18_000, "n1")):
+        snap, fabric = _two_half_used_nodes(limit)
+        assert _starts(plan(snap, fabric))[1].nodes == (expected,)  # type: ignore[arg-type]
+
+
+def test_without_align_ends_the_first_node_of_the_bucket_is_taken() -> None:
+    snap, fabric = _two_half_used_nodes(18_000)
+    result = plan(snap, fabric, Policy(align_ends=False))  # type: ignore[arg-type]
+    assert _starts(result)[1].nodes == ("n0",)
