@@ -25,7 +25,7 @@ from slurmopt.sim.fill import (
     read_node_list,
     read_pods,
 )
-from slurmopt.sim.schedulers import BF_INTERVAL_S, BF_MAX_JOB_TEST, BF_WINDOW_S
+from slurmopt.sim.schedulers import BF_INTERVAL_S, BF_MAX_JOB_TEST, BF_WINDOW_S, parse_variant
 from slurmopt.sim.traces import FORMATS
 
 DEFAULT_FABRIC = "fat-tree:128:16"
@@ -67,6 +67,26 @@ def _fmt(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def _check_policies(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Known names, or ``slurmopt:KEY=VALUE,...`` variants whose keys and values parse."""
+    known = set(POLICIES) | set(FILL_POLICIES)
+    for name in value:
+        if name in known:
+            continue
+        if name.startswith("slurmopt:"):
+            try:
+                parse_variant(name)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc)) from None
+            continue
+        raise click.BadParameter(f"{name!r} is not one of {', '.join(sorted(known))}")
+    if len(set(value)) != len(value):
+        raise click.BadParameter("a policy is named twice")
+    return value
+
+
 @click.command()
 @click.option(
     "--trace",
@@ -99,9 +119,11 @@ def _fmt(value: Any) -> str:
     "--policy",
     "policies",
     multiple=True,
-    type=click.Choice(sorted(set(POLICIES) | set(FILL_POLICIES))),
-    help="A policy to run; repeat for several (default: all of the mode's). "
-    "best-fit is fill mode only.",
+    callback=_check_policies,
+    help="A policy to run; repeat for several (default: all of the mode's): "
+    f"{', '.join(sorted(set(POLICIES) | set(FILL_POLICIES)))}; best-fit is fill mode only. "
+    "A variant of slurmopt changes planner knobs: 'slurmopt:compact_wait_share=none,"
+    "align_ends=off,runtime=history' (docs/simulator.md).",
 )
 @click.option(
     "--node-list",
@@ -201,7 +223,7 @@ def simulate_cmd(
             max_arrived, gpus_per_node, plot, as_json, series,
         )  # fmt: skip
         return
-    wrong = sorted(set(policies) - set(POLICIES))
+    wrong = sorted(p for p in policies if p not in POLICIES and not p.startswith("slurmopt:"))
     if wrong:
         raise UsageError(f"--policy {wrong[0]} runs in --mode fill only")
     if node_list is not None:

@@ -52,6 +52,10 @@ class SimCluster:
         self.partition = Partition(PARTITION, self.node_names, default=True)
         self.pending: dict[int, Job] = {}
         self.running: dict[int, Job] = {}
+        #: Each submitted job's run time at the best placement (what an oracle would know).
+        self.durations: dict[int, float] = {}
+        #: Jobs that ended, with their run time, oldest first (for run-time estimates).
+        self.ended: list[tuple[Job, float]] = []
 
     # -- snapshots ---------------------------------------------------------------------------
     def snapshot(self, now: float) -> ClusterSnapshot:
@@ -84,6 +88,7 @@ class SimCluster:
             submit_time=job.submit_s,
         )
         self.pending[job.job_id] = pending
+        self.durations[job.job_id] = job.duration_s
         return pending
 
     def start(self, job_id: int, nodes: tuple[str, ...], now: float) -> Job:
@@ -106,10 +111,12 @@ class SimCluster:
         self.running[job_id] = running
         return running
 
-    def finish(self, job_id: int) -> Job:
+    def finish(self, job_id: int, now: float | None = None) -> Job:
         job = self.running.pop(job_id)
         for name in job.nodes:
             self._set_free(name, self.free[name] + job.gpus_per_node)
+        if now is not None and job.start_time is not None:
+            self.ended.append((job, now - job.start_time))
         return job
 
     def _set_free(self, name: str, free: int) -> None:

@@ -148,7 +148,7 @@ class Simulation:
             freed = False
             while ends and ends[0][0] <= at:
                 _, job_id = heapq.heappop(ends)
-                cluster.finish(job_id)
+                cluster.finish(job_id, at)
                 freed = True
                 events += 1
             arrived: list[TraceJob] = []

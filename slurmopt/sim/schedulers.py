@@ -29,8 +29,9 @@ rule for both sides.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import networkx as nx
@@ -68,9 +69,73 @@ class Scheduler(Protocol):
     def schedule(self, cluster: SimCluster, now: float, tick: bool) -> StartList: ...
 
 
+#: What the planner takes as a job's run time: ``limit`` (the user's time limit, as the daemon
+#: does), ``history`` (estimated from jobs that ended, :class:`HistoryEstimate`) or ``oracle``
+#: (the true run time at the best placement: the bound of any run-time prediction).
+RUNTIMES = ("limit", "history", "oracle")
+
+
+@dataclass
+class HistoryEstimate:
+    """Run time from the history of jobs alike: same GPUs, same time limit.
+
+    The estimate is ``margin`` x the longest of the last ``window`` such jobs
+    that ended, never above the limit; with fewer than ``min_samples`` of
+    them, the limit.  A running job that outlives its estimate is planned
+    with its limit from then on (the estimate failed; Slurm still ends it
+    at the limit), so a reservation behind it moves later, never earlier.
+    """
+
+    window: int = 20
+    min_samples: int = 3
+    margin: float = 1.2
+    _seen: int = 0
+    _runs: dict[tuple[int, int, int], list[float]] = field(default_factory=dict)
+
+    def observe(self, cluster: SimCluster) -> None:
+        for job, run_s in cluster.ended[self._seen :]:
+            runs = self._runs.setdefault(self._key(job), [])
+            runs.append(run_s)
+            if len(runs) > self.window:
+                del runs[0]
+        self._seen = len(cluster.ended)
+
+    @staticmethod
+    def _key(job: Job) -> tuple[int, int, int]:
+        return (job.node_count, job.gpus_per_node, job.time_limit_s or 0)
+
+    def estimate(self, job: Job, cluster: SimCluster) -> float | None:
+        runs = self._runs.get(self._key(job))
+        if not runs or len(runs) < self.min_samples:
+            return None
+        return self.margin * max(runs)
+
+
+@dataclass
+class OracleEstimate:
+    """The true run time at the best placement (a bound, not a predictor)."""
+
+    def observe(self, cluster: SimCluster) -> None:
+        return None
+
+    def estimate(self, job: Job, cluster: SimCluster) -> float | None:
+        return cluster.durations.get(job.job_id)
+
+
+class RuntimeEstimate(Protocol):
+    def observe(self, cluster: SimCluster) -> None: ...
+
+    def estimate(self, job: Job, cluster: SimCluster) -> float | None: ...
+
+
 @dataclass
 class PlannerScheduler:
-    """slurmopt's planner on a snapshot of the simulated cluster."""
+    """slurmopt's planner on a snapshot of the simulated cluster.
+
+    With a run-time ``estimate`` the planner sees each job's time limit
+    replaced by the estimate (whole seconds, at least 1, at most the limit);
+    a running job past its estimate keeps its limit.
+    """
 
     fabric: Fabric
     policy: Policy = field(default_factory=Policy)
@@ -78,10 +143,51 @@ class PlannerScheduler:
     tick_s: float | None = None
     #: Keeps what passes share (fabric layout, indexes, job sizes): same decisions, far cheaper.
     cache: PlannerCache = field(default_factory=PlannerCache)
+    estimate: RuntimeEstimate | None = None
+    #: job id -> (the job as Slurm shows it, the job as the planner sees it).
+    _seen: dict[int, tuple[Job, Job]] = field(default_factory=dict)
 
     def schedule(self, cluster: SimCluster, now: float, tick: bool) -> StartList:
-        result = plan(cluster.snapshot(now), self.fabric, self.policy, now, cache=self.cache)
+        snapshot = cluster.snapshot(now)
+        if self.estimate is not None:
+            snapshot = replace(snapshot, jobs=self._estimated(cluster, snapshot.jobs, now))
+        result = plan(snapshot, self.fabric, self.policy, now, cache=self.cache)
         return [(a.job_id, a.nodes) for a in result.actions]
+
+    def _estimated(
+        self, cluster: SimCluster, jobs: Mapping[int, Job], now: float
+    ) -> dict[int, Job]:
+        assert self.estimate is not None
+        self.estimate.observe(cluster)
+        out: dict[int, Job] = {}
+        seen: dict[int, tuple[Job, Job]] = {}
+        for job_id, job in jobs.items():
+            known = self._seen.get(job_id)
+            if known is not None and known[0] is job:
+                shown = known[1]
+            else:
+                shown = self._with_estimate(job, cluster)
+            limit = job.time_limit_s
+            if (
+                shown is not job
+                and job.start_time is not None
+                and shown.time_limit_s is not None
+                and job.start_time + shown.time_limit_s <= now
+            ):
+                shown = replace(shown, time_limit_s=limit)  # outlived its estimate
+            seen[job_id] = (job, shown)
+            out[job_id] = shown
+        self._seen = seen
+        return out
+
+    def _with_estimate(self, job: Job, cluster: SimCluster) -> Job:
+        assert self.estimate is not None
+        guess = self.estimate.estimate(job, cluster)
+        limit = job.time_limit_s
+        if guess is None or limit is None:
+            return job
+        seconds = max(1, min(limit, math.ceil(guess)))
+        return job if seconds == limit else replace(job, time_limit_s=seconds)
 
 
 class TreePlacement:
@@ -367,11 +473,69 @@ def make_scheduler(
     bf_window_s: float = BF_WINDOW_S,
     bf_interval_s: float = BF_INTERVAL_S,
 ) -> Scheduler:
-    """The scheduler a ``--policy`` name stands for."""
-    if name == "slurmopt":
-        return PlannerScheduler(fabric)
+    """The scheduler a ``--policy`` name stands for (``slurmopt:KEY=VALUE,...`` a variant)."""
+    if name == "slurmopt" or name.startswith("slurmopt:"):
+        policy, runtime = parse_variant(name)
+        estimate: RuntimeEstimate | None = {
+            "limit": None,
+            "history": HistoryEstimate(),
+            "oracle": OracleEstimate(),
+        }[runtime]
+        return PlannerScheduler(fabric, policy, name=name, estimate=estimate)
     if name == "slurm-fifo":
         return SlurmFifo()
     if name == "slurm-backfill-tree":
         return SlurmBackfillTree(fabric, bf_max_job_test, bf_window_s, bf_interval_s)
     raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+
+
+#: Planner knobs a ``slurmopt:`` variant may set, and how their values read.
+VARIANT_KEYS = ("compact_wait_share", "align_ends", "require_single_leaf", "backfill_depth")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def parse_variant(name: str) -> tuple[Policy, str]:
+    """The planner policy and run-time source of ``slurmopt`` or ``slurmopt:KEY=VALUE,...``.
+
+    Keys: ``compact_wait_share`` (a share, or ``none`` to wait without bound),
+    ``align_ends``, ``require_single_leaf`` (on/off), ``backfill_depth``
+    (jobs), ``runtime`` (one of :data:`RUNTIMES`).  Raises ValueError with a
+    one-line message naming the bad part.
+    """
+    if name == "slurmopt":
+        return Policy(), "limit"
+    base, _, spec = name.partition(":")
+    if base != "slurmopt" or not spec:
+        raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+    values: dict[str, object] = {}
+    runtime = "limit"
+    for part in spec.split(","):
+        key, eq, text = part.partition("=")
+        key, text = key.strip(), text.strip().lower()
+        if not eq or not text:
+            raise ValueError(f"policy {name!r}: {part!r} is not KEY=VALUE")
+        if key == "runtime":
+            if text not in RUNTIMES:
+                raise ValueError(f"policy {name!r}: runtime must be one of {', '.join(RUNTIMES)}")
+            runtime = text
+        elif key in ("align_ends", "require_single_leaf"):
+            if text not in _TRUE | _FALSE:
+                raise ValueError(f"policy {name!r}: {key} must be on or off, got {text!r}")
+            values[key] = text in _TRUE
+        elif key == "compact_wait_share":
+            try:
+                share = None if text == "none" else float(text)
+            except ValueError:
+                share = -1.0
+            if share is not None and not 0 <= share < math.inf:
+                raise ValueError(f"policy {name!r}: {key} must be a share >= 0 or none")
+            values[key] = share
+        elif key == "backfill_depth":
+            if not text.isdigit():
+                raise ValueError(f"policy {name!r}: {key} must be a whole number")
+            values[key] = int(text)
+        else:
+            known = ", ".join((*VARIANT_KEYS, "runtime"))
+            raise ValueError(f"policy {name!r}: unknown key {key!r} (known: {known})")
+    return replace(Policy(), **values), runtime  # type: ignore[arg-type]
