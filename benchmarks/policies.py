@@ -5,6 +5,7 @@ Tiresias) at offered loads 0.8, 1.0 and 1.2 under ``slurm-fifo``,
 ``slurm-backfill-tree`` and ``slurmopt``, with the communication penalty on
 and again off (the topology bound: with the penalty off placement costs
 nothing, so the gap between the two runs is what badly placed gangs cost),
+measures the levers one at a time (``LEVERS``: variants of slurmopt),
 then fills the cluster of the openb trace in arrival-fill mode (best-fit
 against slurmopt, next to the FGD paper's published figures).  Writes
 ``docs/benchmarks.md`` and its plots; the document is generated, never
@@ -46,6 +47,22 @@ LOADS = (0.8, 1.0, 1.2)
 POLICIES = ("slurm-fifo", "slurm-backfill-tree", "slurmopt")
 #: The policies run again with the penalty off (the bound needs only the two contenders).
 BOUND_POLICIES = ("slurm-backfill-tree", "slurmopt")
+#: Levers measured one at a time (variants of slurmopt, penalty on), beside the default.
+LEVERS = (
+    ("slurmopt:compact_wait_share=none", "gangs wait for one leaf however long"),
+    ("slurmopt:compact_wait_share=0", "gangs never wait: fewest leaves free now"),
+    ("slurmopt:align_ends=off", "no end-time alignment of one-node jobs"),
+    ("slurmopt:runtime=history", "run times estimated from ended jobs alike"),
+    ("slurmopt:runtime=oracle", "true run times (the bound of any prediction)"),
+)
+LEVER_METRICS = (
+    "avg_jct_s",
+    "p95_queue_delay_s",
+    "avg_stranded_gpus",
+    "avg_stranded_gpus_when_queued",
+    "gpu_allocation_ratio_when_queued",
+    "avg_wait_multinode_s",
+)
 GPUS_PER_NODE = 8
 NODES_PER_LEAF = 8
 #: The cluster holds at least this many copies of the window's largest job.
@@ -384,6 +401,60 @@ def _bound_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def lever_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per trace, load and slurmopt variant (default first): ratios to slurm-backfill-tree."""
+    index = {(r["label"], r["load"], r["policy"]): r["metrics"] for r in rows if r["penalty"]}
+    names = ["slurmopt", *(name for name, _ in LEVERS)]
+    out = []
+    for label, load, policy in index:
+        if policy != "slurm-backfill-tree":
+            continue
+        base = index[(label, load, policy)]
+        for name in names:
+            ours = index.get((label, load, name))
+            if ours:
+                ratios = {m: ratio(ours.get(m), base.get(m)) for m in LEVER_METRICS}
+                out.append({"label": label, "load": load, "policy": name, "ratios": ratios})
+    return out
+
+
+def _lever_table(levers: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = [
+        "| trace | load | policy | " + " | ".join(f"`{m}`" for m in LEVER_METRICS) + " |",
+        "|" + "---|" * (len(LEVER_METRICS) + 3),
+    ]
+    for r in levers:
+        cells = " | ".join(_fmt(r["ratios"][m]) for m in LEVER_METRICS)
+        lines.append(f"| {r['label']} | {r['load']:g} | `{r['policy']}` | {cells} |")
+    return lines
+
+
+def lever_summary(levers: Sequence[Mapping[str, Any]]) -> list[str]:
+    """How often each lever beats the default slurmopt, over the cells where both ran.
+
+    Lower is better for every metric but allocation while jobs queue.
+    """
+    default = {(r["label"], r["load"]): r["ratios"] for r in levers if r["policy"] == "slurmopt"}
+    lines = []
+    for name, what in LEVERS:
+        better, worse = [], []
+        for r in levers:
+            base = default.get((r["label"], r["load"]))
+            if r["policy"] != name or base is None:
+                continue
+            for m in LEVER_METRICS:
+                a, b = r["ratios"][m], base[m]
+                if a is None or b is None or abs(a - b) <= 0.02 * abs(b):
+                    continue
+                higher_is_better = m == "gpu_allocation_ratio_when_queued"
+                (better if (a > b) == higher_is_better else worse).append(m)
+        lines.append(
+            f"- `{name}` ({what}): better than the default in {len(better)} and worse in "
+            f"{len(worse)} (trace, load, metric) cells by more than 2%."
+        )
+    return lines
+
+
 def render(doc: Mapping[str, Any]) -> str:
     """The Markdown of ``docs/benchmarks.md`` from the run's results."""
     out = [
@@ -464,6 +535,15 @@ def render(doc: Mapping[str, Any]) -> str:
         "nothing, the bound reached):",
         "",
         *_bound_table(doc["rows"]),
+        "",
+        "## Levers, one at a time (penalty on)",
+        "",
+        "Variants of `slurmopt` (`--policy 'slurmopt:KEY=VALUE'`, docs/simulator.md), each "
+        "against slurm-backfill-tree in the same run; the default `slurmopt` row first.",
+        "",
+        *lever_summary(doc["levers"]),
+        "",
+        *_lever_table(doc["levers"]),
         "",
         "## All figures",
         "",
@@ -574,11 +654,16 @@ def main(argv: Sequence[str] | None = None) -> None:
             for penalty in (True, False):
                 if not penalty and not multinode:
                     continue  # nothing to stretch: the bound equals the run with the penalty
-                for policy in POLICIES if penalty else BOUND_POLICIES:
+                names = [*POLICIES, *(name for name, _ in LEVERS)] if penalty else BOUND_POLICIES
+                for policy in names:
                     cases.append(
                         Case(spec.label, path, spec.fmt, limit, fabric, load, penalty, policy)
                     )
-    plotted = [c for c in cases if c.label == TRACES[0].label and c.load == 1.0 and c.penalty]
+    plotted = [
+        c
+        for c in cases
+        if c.label == TRACES[0].label and c.load == 1.0 and c.penalty and c.policy in POLICIES
+    ]
     fills = [
         FillCase(str(root / OPENB_PODS), str(root / OPENB_NODES), p, s)
         for p in FILL_POLICIES
@@ -680,6 +765,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "rows": rows,
         "comparison": compare(rows, penalty=True),
         "comparison_off": compare(rows, penalty=False),
+        "levers": lever_rows(rows),
         "plot": plot_doc,
         "fill": fill_doc,
     }

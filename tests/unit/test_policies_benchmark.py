@@ -42,7 +42,7 @@ def test_replay_compare_and_render_on_a_fixture() -> None:
     trace = bench.load_window(str(FIXTURES / "tiresias.csv"), "tiresias", None)
     nodes, _ = bench.size_cluster(trace)
     rows = []
-    for policy in ("slurm-backfill-tree", "slurmopt"):
+    for policy in ("slurm-backfill-tree", "slurmopt", "slurmopt:runtime=oracle"):
         case = bench.Case(
             "tiny", str(FIXTURES / "tiresias.csv"), "tiresias", None, bench.fabric_spec(nodes),
             0.01, True, policy,
@@ -77,12 +77,17 @@ def test_replay_compare_and_render_on_a_fixture() -> None:
             "rows": rows,
             "comparison": comparison,
             "comparison_off": [],
+            "levers": bench.lever_rows(rows),
             "plot": None,
             "fill": None,
         }
     )
     assert "| tiny | 0.01 |" in text
     assert "python benchmarks/policies.py" in text
+    levers = bench.lever_rows(rows)
+    assert [r["policy"] for r in levers] == ["slurmopt", "slurmopt:runtime=oracle"]
+    assert "| tiny | 0.01 | `slurmopt:runtime=oracle` |" in text
+    assert "- `slurmopt:runtime=oracle` (true run times" in text
 
 
 def test_ratio_targets() -> None:
