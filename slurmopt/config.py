@@ -100,6 +100,8 @@ class Config:
     fabric: str = ""
     managed_partitions: tuple[str, ...] = ()
     backfill_depth: int = 100
+    compact_wait_share: float = 0.5
+    align_ends: bool = True
     heartbeat_path: str = "/run/slurmopt/heartbeat"
     heartbeat_max_age_s: float = 30.0
     pin_timeout_s: float = 300.0
@@ -167,7 +169,13 @@ def _describe(value: object) -> str:
 
 def _coerce(key: str, value: object) -> Any:
     """``value`` checked and converted for ``key``; raises ValueError saying what is wrong."""
-    if key in ("enforce", "preempt_enabled"):
+    if key == "compact_wait_share":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"expected a share of the time limit, got {_describe(value)}")
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"must be 0 or more, got {value!r}")
+        return float(value)
+    if key in ("enforce", "preempt_enabled", "align_ends"):
         if not isinstance(value, bool):
             raise ValueError(f"expected true or false, got {_describe(value)}")
         return value

@@ -129,6 +129,15 @@ class Daemon:
     ``metrics`` receives each cycle's figures and counts every Slurm call.
     """
 
+    @staticmethod
+    def policy_for(config: Config) -> Policy:
+        """The planner's knobs from the config keys that set them."""
+        return Policy(
+            backfill_depth=config.backfill_depth,
+            compact_wait_share=config.compact_wait_share,
+            align_ends=config.align_ends,
+        )
+
     def __init__(
         self,
         config: Config,
@@ -152,7 +161,7 @@ class Daemon:
         self.backoff_cap_s = backoff_cap_s
         self.lease_ttl_s = max(3 * config.interval_s, MIN_LEASE_TTL_S)
         self.managed_partitions = tuple(config.managed_partitions)
-        self.policy = Policy(backfill_depth=config.backfill_depth)
+        self.policy = self.policy_for(config)
         self.fabric: Fabric | None = None
         self.mode = Mode.STARTING
         self.failures = 0

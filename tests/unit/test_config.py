@@ -300,3 +300,22 @@ def test_misspelt_health_key_suggests_the_right_one(tmp_path: Path) -> None:
     path = _write(tmp_path, "health_max_temperature = 80\n")
     with pytest.raises(ConfigError, match="did you mean 'health_max_temperature_c'"):
         load_config(path, env={})
+
+
+def test_planner_keys_reach_the_daemons_policy(tmp_path: Path) -> None:
+    from slurmopt.daemon.loop import Daemon
+
+    path = _write(tmp_path, "compact_wait_share = 0\nalign_ends = false\nbackfill_depth = 7\n")
+    cfg = load_config(path, env={})
+    assert (cfg.compact_wait_share, cfg.align_ends, cfg.backfill_depth) == (0.0, False, 7)
+    policy = Daemon.policy_for(cfg)
+    assert (policy.compact_wait_share, policy.align_ends, policy.backfill_depth) == (0.0, False, 7)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [("compact_wait_share = -0.5", "must be 0 or more"), ("align_ends = 1", "true or false")],
+)
+def test_bad_planner_key_is_named(tmp_path: Path, text: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        load_config(_write(tmp_path, text + "\n"), env={})
