@@ -391,10 +391,20 @@ def test_disable_releases_every_held_job_and_slurm_runs_them_alone(
     assert sorted(released) == sorted([first, second])
     assert slurm.job_field(user_held, "%r") == "JobHeldUser"
     _wait("the daemon to stop enforcing", lambda: not daemon.enforcing(), 20)
-    store = daemon.store()
-    beat = store.last_beat("daemon")
-    store.close()
-    assert beat is not None and beat.detail.startswith("disabled")
+
+    def last_beat() -> str:
+        store = daemon.store()
+        try:
+            beat = store.last_beat("daemon")
+        finally:
+            store.close()
+        return "" if beat is None else beat.detail
+
+    # `disable` writes the heartbeat file itself; the daemon's own record follows on its
+    # next cycle (a cycle already under way when the switch flipped still records its mode).
+    _wait(
+        "the daemon to record that it is disabled", lambda: last_beat().startswith("disabled"), 20
+    )
 
     slurm.run("scancel", str(full))
     for job in (first, second):

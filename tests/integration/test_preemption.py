@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import select
 
 from slurmopt.elastic.tiny_train import reference_losses
-from slurmopt.store import Preemption
+from slurmopt.store import ManagedJobState, Preemption
 from tests.integration.test_daemon import CLI, DaemonRun, _wait
 from tests.sandbox import SlurmSandbox, free_port
 
@@ -169,6 +169,12 @@ def test_preempted_job_checkpoints_requeues_and_resumes(
     ack_step = row.checkpoint_step
     lost = row.lost_gpu_seconds or 0.0
     assert ack_step == steps_before  # every logged step was in the checkpoint
+    # The daemon records the preemptor's start on its next cycle; cancel only after it.
+    _wait(
+        "the daemon to record the preemptor running",
+        lambda: (r := daemon.record(preemptor)) is not None and r.state is ManagedJobState.RUNNING,
+        timeout=30,
+    )
     slurm.run("scancel", str(preemptor))
     _wait("the victim to finish", lambda: _state(slurm, victim) == "", timeout=180)
     records = _losses(loss_log)
