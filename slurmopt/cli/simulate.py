@@ -99,7 +99,9 @@ def _check_policies(
     "--trace-format",
     required=True,
     type=click.Choice(FORMATS),
-    help="philly-sia, itp, tiresias, openb, sacct (-P text), sacct-json, or csv.",
+    help="philly-sia, itp, tiresias, openb, sacct (-P text), sacct-json, csv, or synthetic "
+    "(then --trace is the generator's KEY=VALUE,... spec, e.g. 'jobs=2000,mix=1:0.5/8:0.3/"
+    "32:0.2,duration_s=3600,seed=7'; --load defaults to 1.0).",
 )
 @click.option(
     "--mode",
@@ -236,6 +238,8 @@ def simulate_cmd(
     total_gpus = len(fabric.compute_nodes) * gpus_per_node
     native = trace.offered_load(total_gpus)
     factor = 1.0
+    if load is None and trace_format == "synthetic":
+        load = 1.0  # the generator's arrivals (one a second) mean nothing on their own
     if load is not None:
         trace, factor = scale_load(trace, total_gpus, load)
     names = policies or POLICIES

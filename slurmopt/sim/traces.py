@@ -23,6 +23,7 @@ import datetime as dt
 import io
 import json
 import math
+import random
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -49,7 +50,7 @@ LIMIT_LADDER_S = (
 
 DEFAULT_GPUS_PER_NODE = 8
 
-FORMATS = ("philly-sia", "itp", "tiresias", "openb", "sacct", "sacct-json", "csv")
+FORMATS = ("philly-sia", "itp", "tiresias", "openb", "sacct", "sacct-json", "csv", "synthetic")
 
 
 class TraceError(SlurmoptError):
@@ -444,6 +445,72 @@ def _plain_csv(text: str, path: str, tally: _Tally) -> list[_Raw]:
     return out
 
 
+#: ``synthetic``: the generator's defaults (GPUs:weight pairs; a lognormal run time).
+SYNTHETIC_DEFAULTS: Mapping[str, str] = {
+    "jobs": "1000",
+    "mix": "1:0.4/2:0.1/4:0.15/8:0.2/16:0.1/32:0.05",
+    "duration_s": "3600",
+    "sigma": "1.5",
+    "seed": "42",
+    "preemptible": "0",
+}
+
+
+def _synthetic(text: str, path: str, tally: _Tally) -> list[_Raw]:
+    """A seeded synthetic workload from ``KEY=VALUE,...`` (``--trace`` is the spec, not a file).
+
+    ``jobs``: how many; ``mix``: ``GPUS:WEIGHT`` pairs joined by ``/``, the
+    job-size mix; ``duration_s`` and ``sigma``: a lognormal run time with
+    that median and shape (real traces are heavy-tailed: most jobs short, a
+    few very long), at least 60 s; ``seed``; ``preemptible``: the share of
+    jobs tagged preemptible.  Arrivals are a Poisson process at one job per
+    second: ``--load`` (1.0 when not given) then scales them to the load
+    wanted on the fabric.
+    """
+    values = dict(SYNTHETIC_DEFAULTS)
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or key not in SYNTHETIC_DEFAULTS:
+            known = ", ".join(SYNTHETIC_DEFAULTS)
+            raise TraceError(f"synthetic: {part!r} is not KEY=VALUE with KEY one of {known}", path)
+        values[key] = value.strip()
+    try:
+        jobs = int(values["jobs"])
+        median = float(values["duration_s"])
+        sigma = float(values["sigma"])
+        seed = int(values["seed"])
+        share = float(values["preemptible"])
+        mix = []
+        for pair in values["mix"].split("/"):
+            gpus, sep, weight = pair.partition(":")
+            if not sep:
+                raise TraceError(f"synthetic: mix needs GPUS:WEIGHT pairs, got {pair!r}", path)
+            mix.append((int(gpus), float(weight)))
+    except ValueError as exc:
+        raise TraceError(f"synthetic: bad number ({exc})", path) from None
+    if jobs < 1 or median <= 0 or sigma < 0 or not 0 <= share <= 1:
+        raise TraceError(
+            "synthetic: jobs >= 1, duration_s > 0, sigma >= 0 and 0 <= preemptible <= 1", path
+        )
+    if not mix or any(g < 1 or w < 0 for g, w in mix) or sum(w for _, w in mix) <= 0:
+        raise TraceError("synthetic: mix needs GPUS:WEIGHT pairs, GPUS >= 1, some weight > 0", path)
+    rng = random.Random(seed)
+    sizes, weights = [g for g, _ in mix], [w for _, w in mix]
+    out = []
+    at = 0.0
+    for _ in range(jobs):
+        at += rng.expovariate(1.0)
+        duration = max(60.0, rng.lognormvariate(math.log(median), sigma))
+        size = rng.choices(sizes, weights)[0]
+        out.append(_Raw(at, round(duration), size, preemptible=rng.random() < share))
+    tally.notes.append(
+        f"synthetic workload: {jobs} jobs, seed {seed}, mix {values['mix']}, lognormal run "
+        f"time (median {median:g} s, sigma {sigma:g}), {share:.0%} preemptible"
+    )
+    return out
+
+
 _READERS: dict[str, Callable[[str, str, _Tally], list[_Raw]]] = {
     "philly-sia": _philly,
     "itp": _itp,
@@ -452,6 +519,7 @@ _READERS: dict[str, Callable[[str, str, _Tally], list[_Raw]]] = {
     "sacct": _sacct,
     "sacct-json": _sacct_json,
     "csv": _plain_csv,
+    "synthetic": _synthetic,
 }
 
 
@@ -469,7 +537,7 @@ def read_trace(
     if gpus_per_node <= 0:
         raise TraceError(f"gpus per node must be positive, got {gpus_per_node}", name)
     tally = _Tally()
-    raws = reader(_read_text(name), name, tally)
+    raws = reader(name if fmt == "synthetic" else _read_text(name), name, tally)
     kept = []
     for raw in raws:
         if raw.gpus <= 0:
