@@ -65,6 +65,7 @@ _SECONDS = (
     "heartbeat_max_age_s",
     "pin_timeout_s",
     "preempt_grace_s",
+    "preempt_restart_s",
     "health_interval_s",
 )
 
@@ -110,6 +111,7 @@ class Config:
     preempt_enabled: bool = True
     preempt_signal: str = "USR2"
     preempt_grace_s: float = 120.0
+    preempt_restart_s: float = 120.0
     preempt_on_no_ack: str = "keep-running"
     # The node agent; defaults equal HealthThresholds() and DrainCap() (a unit test checks).
     health_max_temperature_c: int = 85

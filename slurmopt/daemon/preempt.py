@@ -48,7 +48,13 @@ from slurmopt.errors import ConfigError, SlurmCommandError
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job
 from slurmopt.policy.plan import Plan
-from slurmopt.policy.preemption import PreemptionChoice, choose_victims, job_gpus
+from slurmopt.policy.preemption import (
+    PreemptionChoice,
+    PreemptionCost,
+    choose_victims,
+    job_gpus,
+    worth_preempting,
+)
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.store import (
     ManagedJob,
@@ -85,6 +91,12 @@ class PreemptionSettings:
     signal: str = DEFAULT_SIGNAL
     grace_s: float = 120.0
     on_no_ack: str = KEEP_RUNNING
+    restart_s: float = 120.0
+
+    @property
+    def cost(self) -> PreemptionCost:
+        """What a preemption is taken to cost each victim GPU: the full grace, then the restart."""
+        return PreemptionCost(ack_s=self.grace_s, restart_s=self.restart_s)
 
     @classmethod
     def from_config(
@@ -114,6 +126,7 @@ class PreemptionSettings:
             signal=merged.preempt_signal,
             grace_s=merged.preempt_grace_s,
             on_no_ack=merged.preempt_on_no_ack,
+            restart_s=merged.preempt_restart_s,
         )
 
     @classmethod
@@ -363,6 +376,10 @@ class Preempter:
             if u.reason not in HAND_BACK_REASONS and u.job_id not in starting
         ]
         waiting += [r.job_id for r in result_plan.reservations if r.job_id not in starting]
+        expected: dict[int, float | None] = {
+            u.job_id: u.expected_start for u in result_plan.unplaced
+        }
+        expected.update((r.job_id, r.start_time) for r in result_plan.reservations)
         waiting = sorted(set(waiting), key=lambda j: (-priorities.get(j, 0), j))
         refused = self._no_ack_victims()
         exclude = frozenset(
@@ -377,6 +394,17 @@ class Preempter:
                 continue
             choice = choose_victims(snapshot, fabric, job_id, now, priorities, exclude=exclude)
             if not choice.victims:
+                continue
+            job = snapshot.jobs[job_id]
+            gpus = job.gpus_per_node * max(1, job.node_count)
+            if not worth_preempting(choice, gpus, expected.get(job_id), now, self.settings.cost):
+                log.debug(
+                    "not preempting for job %d: its reservation at %s comes before the "
+                    "checkpoint and restart of %d victim GPU(s) would pay off",
+                    job_id,
+                    expected.get(job_id),
+                    sum(v.gpus for v in choice.victims),
+                )
                 continue
             result.chosen = choice
             log.info(

@@ -28,6 +28,7 @@ from slurmopt.model import ClusterSnapshot, Job, Node, Partition
 from slurmopt.policy.backfill import INFINITY, Timeline
 from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution, queue_shape
 from slurmopt.policy.placement import Constraint, choose_leaves, fgd_increase, parse_constraint
+from slurmopt.submit.tag import TagError, parse_comment
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -187,20 +188,39 @@ def default_managed(job: Job) -> bool:
     return job.is_pending and job.gpus_per_node > 0
 
 
-def priority_order(jobs: Sequence[Job], priorities: Mapping[int, int] | None = None) -> list[Job]:
+def priority_order(
+    jobs: Sequence[Job],
+    priorities: Mapping[int, int] | None = None,
+    *,
+    preemptible_last: bool = False,
+) -> list[Job]:
     """Highest Slurm priority first, then earliest submit, then lowest id.
 
     ``priorities`` overrides a job's own figure: a held job shows priority
     0, so the caller passes the priority recorded before it held the job.
+    With ``preemptible_last`` (the planner's order) jobs tagged preemptible
+    come after all others: any of those may preempt them, so they must not
+    take first the nodes a preemption freed for one.
     """
     overrides = priorities or {}
 
-    def key(job: Job) -> tuple[int, float, int]:
+    def key(job: Job) -> tuple[bool, int, float, int]:
         prio = overrides.get(job.job_id, job.priority)
         submitted = job.submit_time if job.submit_time is not None else math.inf
-        return (-prio, submitted, job.job_id)
+        tier = preemptible_last and _tagged_preemptible(job)
+        return (tier, -prio, submitted, job.job_id)
 
     return sorted(jobs, key=key)
+
+
+def _tagged_preemptible(job: Job) -> bool:
+    if "preemptible" not in job.comment:
+        return False
+    try:
+        tag, _ = parse_comment(job.comment)
+    except TagError:
+        return False
+    return tag is not None and tag.preemptible
 
 
 def _not_eligible(job: Job, now: float) -> str | None:
@@ -1313,7 +1333,8 @@ def plan(
     state = PlannerCache() if cache is None else cache
     state.refresh(snapshot, fabric)
     jobs = [j for j in state.pending_jobs() if managed(j)]
-    return _Planner(snapshot, fabric, policy, at, priority_order(jobs, priorities), state).run()
+    order = priority_order(jobs, priorities, preemptible_last=True)
+    return _Planner(snapshot, fabric, policy, at, order, state).run()
 
 
 __all__ = [

@@ -12,12 +12,18 @@ be checkpointed and requeued to make room.  The rules:
   :func:`slurmopt.policy.plan.plan` on the snapshot without the victims;
 * among the sets that work: least lost work first (GPU-seconds since each
   victim's last acknowledged checkpoint, or since it started), then the
-  fewest victims, then the lowest job ids (so the choice is stable).
+  fewest victims, then the lowest job ids (so the choice is stable);
+* it must pay (:func:`worth_preempting`): the GPU-seconds the preemptor
+  gains by starting once the victims have checkpointed, instead of at the
+  start its reservation promises, must exceed what the victims spend on
+  the checkpoint and the restart.  A job whose reservation starts soon
+  waits for it; one with no reservation in sight may preempt.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -25,7 +31,7 @@ from itertools import combinations
 
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job
-from slurmopt.policy.plan import Policy, plan
+from slurmopt.policy.plan import PlannerCache, Policy, plan
 from slurmopt.submit.tag import TagError, checkpoint_of, parse_comment
 
 #: Most victims one preemption may take.
@@ -72,11 +78,21 @@ class PreemptionChoice:
 
 def is_preemptible(job: Job) -> bool:
     """Tagged ``slurmopt:managed,preemptible``."""
+    return "preemptible" in job.comment and _preemptible_comment(job.comment)
+
+
+@functools.lru_cache(maxsize=4096)
+def _preemptible_comment(comment: str) -> bool:
     try:
-        tag, _ = parse_comment(job.comment)
+        tag, _ = parse_comment(comment)
     except TagError:
         return False
     return tag is not None and tag.preemptible
+
+
+def _held_gpus(job: Job, node: str) -> int:
+    indices = job.gpu_indices.get(node)
+    return len(indices) if indices else job.gpus_per_node
 
 
 def job_gpus(job: Job) -> int:
@@ -139,8 +155,13 @@ def placement_after(
     victims: Sequence[Job],
     now: float,
     priorities: Mapping[int, int] | None = None,
+    cache: PlannerCache | None = None,
 ) -> tuple[str, ...] | None:
-    """Where the planner would start ``preemptor`` once ``victims`` are gone, or None."""
+    """Where the planner would start ``preemptor`` once ``victims`` are gone, or None.
+
+    ``cache``: one :class:`PlannerCache` for the candidate sets of one search,
+    whose snapshots differ only by the victims' jobs and nodes.
+    """
     result = plan(
         without(snapshot, victims),
         fabric,
@@ -148,6 +169,7 @@ def placement_after(
         now,
         managed=lambda job: job.job_id == preemptor.job_id,
         priorities=priorities,
+        cache=cache,
     )
     for action in result.actions:
         if action.job_id == preemptor.job_id:
@@ -164,8 +186,12 @@ def choose_victims(
     *,
     exclude: frozenset[int] = frozenset(),
     max_victims: int = MAX_VICTIMS,
+    cache: PlannerCache | None = None,
 ) -> PreemptionChoice:
-    """The cheapest set of whole preemptible gangs whose nodes let ``preemptor_id`` start."""
+    """The cheapest set of whole preemptible gangs whose nodes let ``preemptor_id`` start.
+
+    ``cache`` may be shared by searches on the same snapshot (see :func:`placement_after`).
+    """
     prio = dict(priorities or {})
     preemptor = snapshot.jobs.get(preemptor_id)
     if preemptor is None or not preemptor.is_pending or preemptor.gpus_per_node <= 0:
@@ -200,10 +226,15 @@ def choose_victims(
     sets.sort(key=lambda s: (s[0], s[1], s[2]))
     free_gpus = sum(n.gpus_free for n in snapshot.nodes.values() if n.available)
     needed = preemptor.gpus_per_node * max(1, preemptor.node_count)
+    per_node, count = preemptor.gpus_per_node, max(1, preemptor.node_count)
+    cache = cache if cache is not None else PlannerCache()
+    fitting = sum(1 for n in snapshot.nodes.values() if n.available and n.gpus_free >= per_node)
     for lost, size, _, combo in sets:
         if free_gpus + sum(job_gpus(j) for j in combo) < needed:
             continue  # cannot be enough: skip the planner
-        nodes = placement_after(snapshot, fabric, preemptor, combo, now, prio)
+        if fitting + _nodes_made_fit(snapshot, combo, per_node) < count:
+            continue  # too few nodes would have room for one of its tasks
+        nodes = placement_after(snapshot, fabric, preemptor, combo, now, prio, cache)
         if nodes is None:
             continue
         victims = tuple(
@@ -231,11 +262,55 @@ def choose_victims(
     )
 
 
+def _nodes_made_fit(snapshot: ClusterSnapshot, victims: Sequence[Job], per_node: int) -> int:
+    """Nodes that have fewer than ``per_node`` free GPUs now and would once ``victims`` stop."""
+    freed: dict[str, int] = {}
+    for job in victims:
+        for name in job.nodes:
+            freed[name] = freed.get(name, 0) + _held_gpus(job, name)
+    made = 0
+    for name, gpus in freed.items():
+        node = snapshot.nodes.get(name)
+        if node is not None and node.available and node.gpus_free < per_node:
+            made += node.gpus_free + gpus >= per_node
+    return made
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionCost:
+    """What a preemption costs each victim's GPUs: the checkpoint after the signal, the restart."""
+
+    ack_s: float = 120.0
+    restart_s: float = 120.0
+
+
+def worth_preempting(
+    choice: PreemptionChoice,
+    preemptor_gpus: int,
+    expected_start: float | None,
+    now: float,
+    cost: PreemptionCost,
+) -> bool:
+    """Whether the preemptor gains more GPU-seconds than the victims spend on it.
+
+    ``expected_start`` is when the plan would start the preemptor anyway
+    (its reservation); None means no start in sight, which any cost is worth.
+    """
+    if not choice.victims:
+        return False
+    if expected_start is None:
+        return True
+    gain = preemptor_gpus * max(0.0, expected_start - (now + cost.ack_s))
+    loss = sum(v.gpus for v in choice.victims) * (cost.ack_s + cost.restart_s)
+    return gain > loss
+
+
 __all__ = [
     "MAX_CANDIDATES",
     "MAX_VICTIMS",
     "PreemptReason",
     "PreemptionChoice",
+    "PreemptionCost",
     "Victim",
     "choose_victims",
     "is_preemptible",
@@ -243,4 +318,5 @@ __all__ = [
     "lost_work",
     "placement_after",
     "without",
+    "worth_preempting",
 ]

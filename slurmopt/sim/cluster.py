@@ -13,8 +13,11 @@ from dataclasses import replace
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
 from slurmopt.sim.traces import TraceJob
+from slurmopt.submit.tag import JobTag, format_comment
 
 PARTITION = "gpu"
+#: A trace's preemptible job carries the tag ``slurmopt submit`` would give it.
+PREEMPTIBLE_COMMENT = format_comment(JobTag(preemptible=True))
 
 
 class SimulationError(RuntimeError):
@@ -86,6 +89,7 @@ class SimCluster:
             gpus_per_node=job.gpus_per_node,
             time_limit_s=job.time_limit_s,
             submit_time=job.submit_s,
+            comment=PREEMPTIBLE_COMMENT if job.preemptible else "",
         )
         self.pending[job.job_id] = pending
         self.durations[job.job_id] = job.duration_s
@@ -118,6 +122,15 @@ class SimCluster:
         if now is not None and job.start_time is not None:
             self.ended.append((job, now - job.start_time))
         return job
+
+    def requeue(self, job_id: int) -> Job:
+        """A running job checkpointed and requeued: its GPUs come back, it waits again."""
+        job = self.running.pop(job_id)
+        for name in job.nodes:
+            self._set_free(name, self.free[name] + job.gpus_per_node)
+        pending = replace(job, state=JobState.PENDING, nodes=(), start_time=None)
+        self.pending[job_id] = pending
+        return pending
 
     def _set_free(self, name: str, free: int) -> None:
         old = self.free[name]

@@ -35,8 +35,12 @@ from slurmopt.policy.fragmentation import JobShape, fgd_unusable_share
 from slurmopt.sim.cluster import SimCluster
 from slurmopt.sim.comm import CommModel, Stretcher
 from slurmopt.sim.metrics import JobOutcome, Sample, SimResult
-from slurmopt.sim.schedulers import Scheduler
+from slurmopt.sim.schedulers import SIM_PREEMPTION, Scheduler
 from slurmopt.sim.traces import Trace, TraceJob
+
+#: The simulated checkpoint acknowledgement and restart (see ``SIM_PREEMPTION``).
+CHECKPOINT_ACK_S = SIM_PREEMPTION.ack_s
+RESTART_S = SIM_PREEMPTION.restart_s
 
 
 @dataclass
@@ -122,6 +126,13 @@ class Simulation:
         shapes = _shapes(jobs)
         outcomes: dict[int, JobOutcome] = {}
         ends: list[tuple[float, int]] = []
+        #: The end each running job will have, to skip the stale end of a requeued run.
+        live_end: dict[int, float] = {}
+        #: Best-placement seconds of work each job has behind it in checkpoints.
+        done_s: dict[int, float] = {}
+        #: Victims signalled and when they acknowledge, the preemption in flight.
+        acks: list[tuple[float, int, float]] = []
+        victims_of = getattr(self.scheduler, "victims", None)
         tick_s = self.scheduler.tick_s
         agent = _Agent(tick_s) if tick_s else None
         arrival = 0
@@ -138,6 +149,7 @@ class Simulation:
             at = min(
                 jobs[arrival].submit_s if arrival < len(jobs) else math.inf,
                 ends[0][0] if ends else math.inf,
+                acks[0][0] if acks else math.inf,
                 wake,
             )
             if at == math.inf:
@@ -147,8 +159,26 @@ class Simulation:
                 agent.settle(at, bool(cluster.pending))
             freed = False
             while ends and ends[0][0] <= at:
-                _, job_id = heapq.heappop(ends)
+                end, job_id = heapq.heappop(ends)
+                if live_end.get(job_id) != end:
+                    continue  # that run was checkpointed and requeued
+                del live_end[job_id]
                 cluster.finish(job_id, at)
+                freed = True
+                events += 1
+            while acks and acks[0][0] <= at:
+                _, job_id, signalled = heapq.heappop(acks)
+                if job_id not in live_end:
+                    continue  # it ended before it acknowledged
+                outcome = outcomes[job_id]
+                started = cluster.running[job_id].start_time
+                run_start = signalled if started is None else started
+                done_s[job_id] = done_s.get(job_id, 0.0) + (signalled - run_start) / outcome.stretch
+                outcome.preempted += 1
+                outcome.lost_gpu_s += outcome.job.gpus * (at - signalled + RESTART_S)
+                del live_end[job_id]
+                cluster.requeue(job_id)
+                pending_priorities[job_id] = outcome.job.priority
                 freed = True
                 events += 1
             arrived: list[TraceJob] = []
@@ -171,6 +201,12 @@ class Simulation:
             starts: list[tuple[int, tuple[str, ...]]] = []
             if cluster.pending and (tick or freed or arrived):
                 run_pass = tick or freed or self._might_start(arrived, pending_priorities)
+                # A job that fits nowhere may still make room by preemption: plan it.
+                run_pass = run_pass or (
+                    victims_of is not None
+                    and bool(arrived)
+                    and any(j.comment for j in cluster.running.values())
+                )
                 if run_pass:
                     passes += 1
                     starts = self.scheduler.schedule(cluster, at, tick)
@@ -181,8 +217,12 @@ class Simulation:
                 pending_priorities.pop(job_id, None)
                 outcome = outcomes[job_id]
                 factor, leaves = stretcher.factor(nodes, outcome.job.gpus)
-                run = outcome.job.duration_s * factor
-                outcome.start = at
+                work = outcome.job.duration_s
+                if job_id in done_s:  # a requeued job resumes from its checkpoint
+                    work = max(work - done_s[job_id], 0.0) + RESTART_S
+                run = work * factor
+                if outcome.start is None:
+                    outcome.start = at
                 outcome.leaves = leaves
                 outcome.nodes = nodes
                 outcome.stretch = factor
@@ -190,7 +230,18 @@ class Simulation:
                     run = float(outcome.job.time_limit_s)
                     outcome.timed_out = True
                 outcome.end = at + run
+                live_end[job_id] = at + run
                 heapq.heappush(ends, (at + run, job_id))
+            if (
+                victims_of is not None
+                and not acks
+                and cluster.pending
+                and (starts or freed or arrived)
+            ):
+                choice = victims_of(cluster, at)
+                if choice is not None:
+                    for victim in choice.victims:
+                        heapq.heappush(acks, (at + CHECKPOINT_ACK_S, victim.job_id, at))
             clock.fgd_now = fgd_unusable_share(cluster.histogram, shapes)[0]
             self.samples.append(
                 Sample(at, cluster.allocated, cluster.stranded, len(cluster.pending), clock.fgd_now)

@@ -40,6 +40,9 @@ class JobOutcome:
     nodes: tuple[str, ...] = ()
     stretch: float = 1.0
     timed_out: bool = False
+    #: Times the job was checkpointed and requeued, and the GPU-seconds that cost it.
+    preempted: int = 0
+    lost_gpu_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,11 @@ class SimResult:
                 stranded_queued_integral / queued_time if queued_time else None
             ),
             "avg_fgd_unusable_share": _round(fgd_integral / fgd_time if fgd_time else None, 4),
+            "preemptions": sum(o.preempted for o in outcomes),
+            "preemption_lost_gpu_h": _round(sum(o.lost_gpu_s for o in outcomes) / 3600),
+            "avg_queue_delay_not_preemptible_s": _round(
+                _mean([w for o, w in zip(done, wait, strict=True) if not o.job.preemptible])
+            ),
             "multinode_jobs": len(multi),
             "avg_wait_multinode_s": _round(_mean(multi_wait)),
             "avg_leaves_spanned_multinode": _round(_mean([float(o.leaves) for o in multi]), 3),

@@ -39,7 +39,14 @@ import networkx as nx
 from slurmopt.fabric import Fabric
 from slurmopt.model import Job
 from slurmopt.policy.backfill import INFINITY, Timeline
-from slurmopt.policy.plan import PlannerCache, Policy, plan, priority_order
+from slurmopt.policy.plan import PlannerCache, Policy, Reason, plan, priority_order
+from slurmopt.policy.preemption import (
+    PreemptionChoice,
+    PreemptionCost,
+    choose_victims,
+    is_preemptible,
+    worth_preempting,
+)
 from slurmopt.sim.cluster import SimCluster
 
 POLICIES = ("slurmopt", "slurm-fifo", "slurm-backfill-tree")
@@ -68,6 +75,14 @@ class Scheduler(Protocol):
 
     def schedule(self, cluster: SimCluster, now: float, tick: bool) -> StartList: ...
 
+
+#: In the simulator a signalled job acknowledges its checkpoint after ``ack_s`` (its GPUs do no
+#: training meanwhile) and a requeued job spends ``restart_s`` reloading when it starts again.
+SIM_PREEMPTION = PreemptionCost(ack_s=60.0, restart_s=120.0)
+#: Waiting jobs the simulated daemon tries to preempt for in one pass, highest priority first.
+PREEMPTOR_CANDIDATES = 10
+#: Unplaced reasons that mean the job is not waiting for room, so preempting would not help.
+NOT_PREEMPTORS = frozenset({Reason.UNSUPPORTED_REQUEST, Reason.TOO_BIG_FOR_PARTITION})
 
 #: What the planner takes as a job's run time: ``limit`` (the user's time limit, as the daemon
 #: does), ``history`` (estimated from jobs that ended, :class:`HistoryEstimate`) or ``oracle``
@@ -144,15 +159,73 @@ class PlannerScheduler:
     #: Keeps what passes share (fabric layout, indexes, job sizes): same decisions, far cheaper.
     cache: PlannerCache = field(default_factory=PlannerCache)
     estimate: RuntimeEstimate | None = None
+    #: Checkpoint-acknowledged preemption of ``preemptible`` jobs, as the daemon does it.
+    preempt: bool = True
     #: job id -> (the job as Slurm shows it, the job as the planner sees it).
     _seen: dict[int, tuple[Job, Job]] = field(default_factory=dict)
+    #: What each victim spends on a preemption (the engine's checkpoint and restart times).
+    preempt_cost: PreemptionCost = SIM_PREEMPTION
+    #: The jobs the last pass left waiting and their expected starts, highest priority first.
+    _waiting: list[tuple[int, float | None]] = field(default_factory=list)
+    #: job id -> the running jobs when no victims could make room for it: not searched
+    #: again until the running jobs change (the free GPUs follow from them).
+    _no_victims: dict[int, frozenset[int]] = field(default_factory=dict)
 
     def schedule(self, cluster: SimCluster, now: float, tick: bool) -> StartList:
         snapshot = cluster.snapshot(now)
         if self.estimate is not None:
             snapshot = replace(snapshot, jobs=self._estimated(cluster, snapshot.jobs, now))
         result = plan(snapshot, self.fabric, self.policy, now, cache=self.cache)
+        starting = {a.job_id for a in result.actions}
+        waiting: dict[int, float | None] = {
+            u.job_id: u.expected_start for u in result.unplaced if u.reason not in NOT_PREEMPTORS
+        }
+        for r in result.reservations:
+            waiting[r.job_id] = r.start_time
+        jobs = snapshot.jobs
+        self._waiting = sorted(
+            ((j, at) for j, at in waiting.items() if j not in starting),
+            key=lambda item: (-jobs[item[0]].priority, item[0]),
+        )
         return [(a.job_id, a.nodes) for a in result.actions]
+
+    def victims(self, cluster: SimCluster, now: float) -> PreemptionChoice | None:
+        """After the pass's starts: whole preemptible gangs to stop for a waiting job, if any.
+
+        The daemon's rule (:func:`slurmopt.policy.preemption.choose_victims`):
+        the highest-priority waiting job that some lower-ranked preemptible
+        jobs would make room for; only the first :data:`PREEMPTOR_CANDIDATES`
+        waiting jobs are tried in one pass, and a search that found no
+        victims is not repeated until the running jobs change.  The engine
+        runs one preemption at a time, as the daemon does.
+        """
+        if not self.preempt or not self._waiting:
+            return None
+        smallest = min(
+            (j.gpus_per_node * len(j.nodes) for j in cluster.running.values() if is_preemptible(j)),
+            default=None,
+        )
+        if smallest is None:
+            return None
+        cost = self.preempt_cost
+        snapshot = cluster.snapshot(now)
+        running = frozenset(cluster.running)
+        searches = PlannerCache()
+        for job_id, expected_start in self._waiting[:PREEMPTOR_CANDIDATES]:
+            job = snapshot.jobs.get(job_id)
+            if job is None or not job.is_pending or self._no_victims.get(job_id) == running:
+                continue
+            gpus = job.gpus_per_node * max(1, job.node_count)
+            if expected_start is not None:
+                gain = gpus * (expected_start - now - cost.ack_s)
+                if gain <= smallest * (cost.ack_s + cost.restart_s):
+                    continue  # no victim set could be worth it: skip the search
+            choice = choose_victims(snapshot, self.fabric, job_id, now, cache=searches)
+            if not choice.victims:
+                self._no_victims[job_id] = running
+            if worth_preempting(choice, gpus, expected_start, now, cost):
+                return choice
+        return None
 
     def _estimated(
         self, cluster: SimCluster, jobs: Mapping[int, Job], now: float
@@ -475,13 +548,13 @@ def make_scheduler(
 ) -> Scheduler:
     """The scheduler a ``--policy`` name stands for (``slurmopt:KEY=VALUE,...`` a variant)."""
     if name == "slurmopt" or name.startswith("slurmopt:"):
-        policy, runtime = parse_variant(name)
+        policy, runtime, preempt = parse_variant(name)
         estimate: RuntimeEstimate | None = {
             "limit": None,
             "history": HistoryEstimate(),
             "oracle": OracleEstimate(),
         }[runtime]
-        return PlannerScheduler(fabric, policy, name=name, estimate=estimate)
+        return PlannerScheduler(fabric, policy, name=name, estimate=estimate, preempt=preempt)
     if name == "slurm-fifo":
         return SlurmFifo()
     if name == "slurm-backfill-tree":
@@ -495,21 +568,23 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
-def parse_variant(name: str) -> tuple[Policy, str]:
+def parse_variant(name: str) -> tuple[Policy, str, bool]:
     """The planner policy and run-time source of ``slurmopt`` or ``slurmopt:KEY=VALUE,...``.
 
     Keys: ``compact_wait_share`` (a share, or ``none`` to wait without bound),
     ``align_ends``, ``require_single_leaf`` (on/off), ``backfill_depth``
-    (jobs), ``runtime`` (one of :data:`RUNTIMES`).  Raises ValueError with a
+    (jobs), ``runtime`` (one of :data:`RUNTIMES`), ``preempt`` (on/off: the
+    checkpoint-acknowledged preemption of preemptible jobs).  Raises ValueError with a
     one-line message naming the bad part.
     """
     if name == "slurmopt":
-        return Policy(), "limit"
+        return Policy(), "limit", True
     base, _, spec = name.partition(":")
     if base != "slurmopt" or not spec:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
     values: dict[str, object] = {}
     runtime = "limit"
+    preempt = True
     for part in spec.split(","):
         key, eq, text = part.partition("=")
         key, text = key.strip(), text.strip().lower()
@@ -519,6 +594,10 @@ def parse_variant(name: str) -> tuple[Policy, str]:
             if text not in RUNTIMES:
                 raise ValueError(f"policy {name!r}: runtime must be one of {', '.join(RUNTIMES)}")
             runtime = text
+        elif key == "preempt":
+            if text not in _TRUE | _FALSE:
+                raise ValueError(f"policy {name!r}: preempt must be on or off, got {text!r}")
+            preempt = text in _TRUE
         elif key in ("align_ends", "require_single_leaf"):
             if text not in _TRUE | _FALSE:
                 raise ValueError(f"policy {name!r}: {key} must be on or off, got {text!r}")
@@ -536,6 +615,6 @@ def parse_variant(name: str) -> tuple[Policy, str]:
                 raise ValueError(f"policy {name!r}: {key} must be a whole number")
             values[key] = int(text)
         else:
-            known = ", ".join((*VARIANT_KEYS, "runtime"))
+            known = ", ".join((*VARIANT_KEYS, "runtime", "preempt"))
             raise ValueError(f"policy {name!r}: unknown key {key!r} (known: {known})")
-    return replace(Policy(), **values), runtime  # type: ignore[arg-type]
+    return replace(Policy(), **values), runtime, preempt  # type: ignore[arg-type]

@@ -307,3 +307,18 @@ def test_preemption_settings_come_from_the_config_and_the_environment_overrides_
     assert overridden.on_no_ack == "requeue-anyway"
     with pytest.raises(ConfigError, match="USR1"):
         PreemptionSettings.from_config(config, environ={"SLURMOPT_PREEMPT_SIGNAL": "USR1"})
+
+
+def test_no_preemption_when_the_preemptors_reservation_starts_soon(
+    tmp_path: Path, store: Store
+) -> None:
+    client, daemon = _full_cluster_with_victim(tmp_path, store)
+    # The other jobs end in 90 s: job 9's reservation then gains 16 GPUs x (90 - 30 s grace),
+    # less than the victim's 16 GPUs x (30 s grace + 120 s restart).
+    for job_id, job in list(client.jobs.items()):
+        if job_id >= 100:
+            client.jobs[job_id] = dataclasses.replace(job, time_limit_s=100)
+    client.clock += 1
+    result = daemon.cycle()
+    assert result.preempted is not None and result.preempted.signalled == []
+    assert client.count("signal", 5) == 0 and not _rows(store)

@@ -121,3 +121,42 @@ def test_without_frees_the_victims_gpus() -> None:
     freed = without(snap, [jobs[0]])
     assert freed.nodes["a0"].gpus_free == 8 and freed.nodes["a2"].gpus_free == 0
     assert set(freed.jobs) == {2}
+
+
+def test_worth_preempting_weighs_the_gain_against_checkpoint_and_restart() -> None:
+    from slurmopt.policy.preemption import (
+        PreemptionChoice,
+        PreemptionCost,
+        PreemptReason,
+        Victim,
+        worth_preempting,
+    )
+
+    cost = PreemptionCost(ack_s=60, restart_s=120)
+    choice = PreemptionChoice(
+        1, (Victim(9, ("n0",), 8, 0.0, None),), PreemptReason.PREEMPT_LEAST_LOST_WORK
+    )
+    # 8 victim GPUs x 180 s = 1440 GPU-s against 8 GPUs x (start - now - 60).
+    assert not worth_preempting(choice, 8, 1000.0 + 60 + 180, 1000.0, cost)
+    assert worth_preempting(choice, 8, 1000.0 + 60 + 181, 1000.0, cost)
+    assert worth_preempting(choice, 8, None, 1000.0, cost)  # no start in sight
+    empty = PreemptionChoice(1, (), PreemptReason.NO_PREEMPTIBLE_JOBS)
+    assert not worth_preempting(empty, 8, None, 1000.0, cost)
+
+
+def test_planner_orders_preemptible_jobs_after_all_others() -> None:
+    from slurmopt.model import Job, JobState
+    from slurmopt.policy.plan import priority_order
+    from slurmopt.submit.tag import JobTag, format_comment
+
+    tagged = format_comment(JobTag(preemptible=True))
+
+    def job(job_id: int, priority: int, comment: str = "") -> Job:
+        return Job(
+            job_id=job_id, state=JobState.PENDING, priority=priority, submit_time=float(job_id),
+            comment=comment,
+        )  # fmt: skip
+
+    jobs = [job(1, 100, tagged), job(2, 1), job(3, 50, tagged), job(4, 5)]
+    assert [j.job_id for j in priority_order(jobs)] == [1, 3, 4, 2]
+    assert [j.job_id for j in priority_order(jobs, preemptible_last=True)] == [4, 2, 1, 3]

@@ -35,13 +35,15 @@ def _starts(result: SimResult) -> dict[int, float | None]:
 
 
 def test_plain_name_is_the_default_policy_planning_with_limits() -> None:
-    assert parse_variant("slurmopt") == (Policy(), "limit")
+    assert parse_variant("slurmopt") == (Policy(), "limit", True)
 
 
 def test_variant_sets_each_named_knob_and_nothing_else() -> None:
-    policy, runtime = parse_variant(
-        "slurmopt:compact_wait_share=none,align_ends=off,backfill_depth=5,runtime=history"
+    policy, runtime, preempt = parse_variant(
+        "slurmopt:compact_wait_share=none,align_ends=off,backfill_depth=5,runtime=history,"
+        "preempt=off"
     )
+    assert preempt is False
     assert policy.compact_wait_share is None and policy.align_ends is False
     assert policy.backfill_depth == 5 and runtime == "history"
     assert policy.require_single_leaf is Policy().require_single_leaf
