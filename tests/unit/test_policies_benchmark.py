@@ -53,6 +53,12 @@ def test_replay_compare_and_render_on_a_fixture() -> None:
         assert row["series"]
         row.pop("series")
         rows.append(row)
+    synthetic = "jobs=40,preemptible=0.5,seed=3"
+    preempt_case = bench.Case(
+        "synthetic", synthetic, "synthetic", None, "fat-tree:4:2", 1.2, True, "slurmopt"
+    )
+    preempt_row = bench.run_case(preempt_case)
+    assert preempt_row["metrics"]["finished"] == 40
     comparison = bench.compare(rows)
     assert [(c["label"], c["load"]) for c in comparison] == [("tiny", 0.01)]
     assert set(comparison[0]["ratios"]) == set(bench.METRICS)
@@ -78,6 +84,7 @@ def test_replay_compare_and_render_on_a_fixture() -> None:
             "comparison": comparison,
             "comparison_off": [],
             "levers": bench.lever_rows(rows),
+            "preempt_rows": [preempt_row],
             "plot": None,
             "fill": None,
         }
@@ -88,6 +95,7 @@ def test_replay_compare_and_render_on_a_fixture() -> None:
     assert [r["policy"] for r in levers] == ["slurmopt", "slurmopt:runtime=oracle"]
     assert "| tiny | 0.01 | `slurmopt:runtime=oracle` |" in text
     assert "- `slurmopt:runtime=oracle` (true run times" in text
+    assert "| 1.2 | `slurmopt` |" in text and "## Preemption (synthetic workload)" in text
 
 
 def test_ratio_targets() -> None:
