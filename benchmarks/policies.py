@@ -433,15 +433,27 @@ def lever_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _lever_table(levers: Sequence[Mapping[str, Any]]) -> list[str]:
+def _table(keys: Sequence[str], metrics: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """A Markdown table: the ``keys`` columns, then one column per metric name in backticks."""
     lines = [
-        "| trace | load | policy | " + " | ".join(f"`{m}`" for m in LEVER_METRICS) + " |",
-        "|" + "---|" * (len(LEVER_METRICS) + 3),
+        "| " + " | ".join([*keys, *(f"`{m}`" for m in metrics)]) + " |",
+        "|" + "---|" * (len(keys) + len(metrics)),
     ]
-    for r in levers:
-        cells = " | ".join(_fmt(r["ratios"][m]) for m in LEVER_METRICS)
-        lines.append(f"| {r['label']} | {r['load']:g} | `{r['policy']}` | {cells} |")
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return lines
+
+
+def _lever_table(levers: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows = [
+        [
+            r["label"],
+            f"{r['load']:g}",
+            f"`{r['policy']}`",
+            *(_fmt(r["ratios"][m]) for m in LEVER_METRICS),
+        ]
+        for r in levers
+    ]
+    return _table(("trace", "load", "policy"), LEVER_METRICS, rows)
 
 
 def lever_summary(levers: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -471,14 +483,15 @@ def lever_summary(levers: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _preempt_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    lines = [
-        "| load | policy | " + " | ".join(f"`{m}`" for m in PREEMPT_METRICS) + " |",
-        "|" + "---|" * (len(PREEMPT_METRICS) + 2),
+    cells = [
+        [
+            f"{r['load']:g}",
+            f"`{r['policy']}`",
+            *(_fmt(r["metrics"].get(m)) for m in PREEMPT_METRICS),
+        ]
+        for r in rows
     ]
-    for r in rows:
-        cells = " | ".join(_fmt(r["metrics"].get(m)) for m in PREEMPT_METRICS)
-        lines.append(f"| {r['load']:g} | `{r['policy']}` | {cells} |")
-    return lines
+    return _table(("load", "policy"), PREEMPT_METRICS, cells)
 
 
 def render(doc: Mapping[str, Any]) -> str:

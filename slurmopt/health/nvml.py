@@ -371,14 +371,7 @@ class NvmlReader:
         """Initialise NVML and register for Xid events; NvmlUnavailable without a driver."""
         if self._open:
             return self
-        nvml = self.nvml
-        try:
-            nvml.nvmlInit()
-        except nvml.NVMLError as exc:
-            code = _code(exc)
-            hint = _NO_DRIVER_HINTS.get(code or -1)
-            cause = f"{_error_text(exc)} ({hint})" if hint else _error_text(exc)
-            raise NvmlUnavailable(f"NVML unavailable: nvmlInit failed: {cause}") from None
+        _initialise(self.nvml)
         self._open = True
         self._register_xid_events()
         return self
@@ -676,6 +669,12 @@ def init_nvml(backend: NvmlBackend | None = None) -> NvmlBackend:
     The caller shuts it down (``nvmlShutdown``) when done.
     """
     nvml = load_pynvml() if backend is None else backend
+    _initialise(nvml)
+    return nvml
+
+
+def _initialise(nvml: NvmlBackend) -> None:
+    """``nvmlInit``, or :class:`NvmlUnavailable` naming NVML, the cause and a hint."""
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:
@@ -683,7 +682,6 @@ def init_nvml(backend: NvmlBackend | None = None) -> NvmlBackend:
         hint = _NO_DRIVER_HINTS.get(code or -1)
         cause = f"{_error_text(exc)} ({hint})" if hint else _error_text(exc)
         raise NvmlUnavailable(f"NVML unavailable: nvmlInit failed: {cause}") from None
-    return nvml
 
 
 def _bus_key(bus_id: str | bytes) -> tuple[int, ...]:
