@@ -140,4 +140,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Leave without C++ static destructors: torch's gloo threads can still be joinable at
+    # interpreter exit, which aborts the process ("terminate called without an active
+    # exception") after all the work is done and saved.  Everything is flushed above.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
