@@ -30,14 +30,11 @@ from slurmopt.daemon.managed import holds_for_us
 from slurmopt.daemon.reconcile import LEFT_TO_SLURM, move, same_incarnation
 from slurmopt.errors import SlurmCommandError
 from slurmopt.model import ClusterSnapshot, Job
-from slurmopt.policy.plan import Plan, Reason, Start, Unplaced
+from slurmopt.policy.plan import HAND_BACK_REASONS, Plan, Start, Unplaced
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.store import ManagedJob, ManagedJobState, Store
 
 log = logging.getLogger(__name__)
-
-#: Unplaced reasons for which slurmopt gives the job back to Slurm instead of holding it.
-HAND_BACK_REASONS = frozenset({Reason.UNSUPPORTED_REQUEST, Reason.TOO_BIG_FOR_PARTITION})
 
 #: Prefix of the admin comment slurmopt sets on the jobs it keeps waiting.
 COMMENT_PREFIX = "slurmopt: "

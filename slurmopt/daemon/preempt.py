@@ -42,7 +42,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from slurmopt.config import Config
-from slurmopt.daemon.actuator import HAND_BACK_REASONS
 from slurmopt.daemon.reconcile import next_attempt
 from slurmopt.errors import ConfigError, SlurmCommandError
 from slurmopt.fabric import Fabric
@@ -53,6 +52,9 @@ from slurmopt.policy.preemption import (
     PreemptionCost,
     choose_victims,
     job_gpus,
+    may_pay,
+    smallest_victim_gpus,
+    waiting_for_room,
     worth_preempting,
 )
 from slurmopt.slurm.base import SlurmClient
@@ -369,18 +371,12 @@ class Preempter:
         plan_id: int | None,
         result: PreemptResult,
     ) -> None:
-        starting = {a.job_id for a in result_plan.actions}
-        waiting = [
-            u.job_id
-            for u in result_plan.unplaced
-            if u.reason not in HAND_BACK_REASONS and u.job_id not in starting
-        ]
-        waiting += [r.job_id for r in result_plan.reservations if r.job_id not in starting]
-        expected: dict[int, float | None] = {
-            u.job_id: u.expected_start for u in result_plan.unplaced
-        }
-        expected.update((r.job_id, r.start_time) for r in result_plan.reservations)
-        waiting = sorted(set(waiting), key=lambda j: (-priorities.get(j, 0), j))
+        expected = waiting_for_room(result_plan)
+        smallest = smallest_victim_gpus(snapshot)
+        if smallest is None:
+            return
+        waiting = sorted(expected, key=lambda j: (-priorities.get(j, 0), j))
+        cost = self.settings.cost
         refused = self._no_ack_victims()
         exclude = frozenset(
             job_id
@@ -392,17 +388,19 @@ class Preempter:
             record = records.get(job_id)
             if record is None or record.state is not S.WAITING:
                 continue
+            job = snapshot.jobs[job_id]
+            gpus = job.gpus_per_node * max(1, job.node_count)
+            if not may_pay(gpus, expected[job_id], now, cost, smallest):
+                continue  # even the smallest victim would cost more: no search
             choice = choose_victims(snapshot, fabric, job_id, now, priorities, exclude=exclude)
             if not choice.victims:
                 continue
-            job = snapshot.jobs[job_id]
-            gpus = job.gpus_per_node * max(1, job.node_count)
-            if not worth_preempting(choice, gpus, expected.get(job_id), now, self.settings.cost):
+            if not worth_preempting(choice, gpus, expected[job_id], now, cost):
                 log.debug(
                     "not preempting for job %d: its reservation at %s comes before the "
                     "checkpoint and restart of %d victim GPU(s) would pay off",
                     job_id,
-                    expected.get(job_id),
+                    expected[job_id],
                     sum(v.gpus for v in choice.victims),
                 )
                 continue

@@ -28,7 +28,7 @@ from slurmopt.model import ClusterSnapshot, Job, Node, Partition
 from slurmopt.policy.backfill import INFINITY, Timeline
 from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution, queue_shape
 from slurmopt.policy.placement import Constraint, choose_leaves, fgd_increase, parse_constraint
-from slurmopt.submit.tag import TagError, parse_comment
+from slurmopt.submit.tag import is_preemptible_comment
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -50,6 +50,10 @@ class Reason(StrEnum):
     NODES_UNAVAILABLE = "NODES_UNAVAILABLE"
     NOT_ELIGIBLE = "NOT_ELIGIBLE"
     UNSUPPORTED_REQUEST = "UNSUPPORTED_REQUEST"
+
+
+#: Unplaced reasons for which slurmopt gives the job back to Slurm instead of holding it.
+HAND_BACK_REASONS = frozenset({Reason.UNSUPPORTED_REQUEST, Reason.TOO_BIG_FOR_PARTITION})
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,20 +211,10 @@ def priority_order(
     def key(job: Job) -> tuple[bool, int, float, int]:
         prio = overrides.get(job.job_id, job.priority)
         submitted = job.submit_time if job.submit_time is not None else math.inf
-        tier = preemptible_last and _tagged_preemptible(job)
+        tier = preemptible_last and is_preemptible_comment(job.comment)
         return (tier, -prio, submitted, job.job_id)
 
     return sorted(jobs, key=key)
-
-
-def _tagged_preemptible(job: Job) -> bool:
-    if "preemptible" not in job.comment:
-        return False
-    try:
-        tag, _ = parse_comment(job.comment)
-    except TagError:
-        return False
-    return tag is not None and tag.preemptible
 
 
 def _not_eligible(job: Job, now: float) -> str | None:
@@ -1338,6 +1332,7 @@ def plan(
 
 
 __all__ = [
+    "HAND_BACK_REASONS",
     "Action",
     "Plan",
     "PlannerCache",

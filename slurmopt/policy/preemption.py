@@ -23,7 +23,7 @@ be checkpointed and requeued to make room.  The rules:
 from __future__ import annotations
 
 import dataclasses
-import functools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -31,8 +31,8 @@ from itertools import combinations
 
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job
-from slurmopt.policy.plan import PlannerCache, Policy, plan
-from slurmopt.submit.tag import TagError, checkpoint_of, parse_comment
+from slurmopt.policy.plan import HAND_BACK_REASONS, Plan, PlannerCache, Policy, plan
+from slurmopt.submit.tag import checkpoint_of, is_preemptible_comment
 
 #: Most victims one preemption may take.
 MAX_VICTIMS = 4
@@ -78,16 +78,7 @@ class PreemptionChoice:
 
 def is_preemptible(job: Job) -> bool:
     """Tagged ``slurmopt:managed,preemptible``."""
-    return "preemptible" in job.comment and _preemptible_comment(job.comment)
-
-
-@functools.lru_cache(maxsize=4096)
-def _preemptible_comment(comment: str) -> bool:
-    try:
-        tag, _ = parse_comment(comment)
-    except TagError:
-        return False
-    return tag is not None and tag.preemptible
+    return is_preemptible_comment(job.comment)
 
 
 def _held_gpus(job: Job, node: str) -> int:
@@ -298,11 +289,59 @@ def worth_preempting(
     """
     if not choice.victims:
         return False
+    victim_gpus = sum(v.gpus for v in choice.victims)
+    return _gain(preemptor_gpus, expected_start, now, cost) > _loss(victim_gpus, cost)
+
+
+def may_pay(
+    preemptor_gpus: int,
+    expected_start: float | None,
+    now: float,
+    cost: PreemptionCost,
+    smallest_victim_gpus: int,
+) -> bool:
+    """Whether any set of victims could pass :func:`worth_preempting`: a bound that spares
+    the search when even the smallest victim would cost more than the preemptor gains."""
+    return _gain(preemptor_gpus, expected_start, now, cost) > _loss(smallest_victim_gpus, cost)
+
+
+def _gain(
+    preemptor_gpus: int, expected_start: float | None, now: float, cost: PreemptionCost
+) -> float:
+    """GPU-seconds the preemptor runs earlier: from the victims' checkpoint to its reservation."""
     if expected_start is None:
-        return True
-    gain = preemptor_gpus * max(0.0, expected_start - (now + cost.ack_s))
-    loss = sum(v.gpus for v in choice.victims) * (cost.ack_s + cost.restart_s)
-    return gain > loss
+        return math.inf
+    return preemptor_gpus * max(0.0, expected_start - (now + cost.ack_s))
+
+
+def _loss(victim_gpus: int, cost: PreemptionCost) -> float:
+    return victim_gpus * (cost.ack_s + cost.restart_s)
+
+
+def smallest_victim_gpus(snapshot: ClusterSnapshot) -> int | None:
+    """GPUs of the smallest running preemptible job (None: nothing could be preempted)."""
+    return min(
+        (
+            job_gpus(j)
+            for j in snapshot.jobs.values()
+            if j.is_active and j.nodes and is_preemptible(j)
+        ),
+        default=None,
+    )
+
+
+def waiting_for_room(result: Plan) -> dict[int, float | None]:
+    """The jobs a plan leaves waiting for room, each with the start its reservation promises.
+
+    Not the jobs it starts or hands back to Slurm; None where no
+    reservation gives a start.  These are the jobs a preemption may serve.
+    """
+    starting = {a.job_id for a in result.actions}
+    out: dict[int, float | None] = {
+        u.job_id: u.expected_start for u in result.unplaced if u.reason not in HAND_BACK_REASONS
+    }
+    out.update((r.job_id, r.start_time) for r in result.reservations)
+    return {job_id: at for job_id, at in out.items() if job_id not in starting}
 
 
 __all__ = [
@@ -316,7 +355,10 @@ __all__ = [
     "is_preemptible",
     "job_gpus",
     "lost_work",
+    "may_pay",
     "placement_after",
+    "smallest_victim_gpus",
+    "waiting_for_room",
     "without",
     "worth_preempting",
 ]

@@ -13,7 +13,7 @@ from dataclasses import replace
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
 from slurmopt.sim.traces import TraceJob
-from slurmopt.submit.tag import JobTag, format_comment
+from slurmopt.submit.tag import JobTag, format_comment, is_preemptible_comment
 
 PARTITION = "gpu"
 #: A trace's preemptible job carries the tag ``slurmopt submit`` would give it.
@@ -55,6 +55,8 @@ class SimCluster:
         self.partition = Partition(PARTITION, self.node_names, default=True)
         self.pending: dict[int, Job] = {}
         self.running: dict[int, Job] = {}
+        #: Running jobs tagged preemptible (the engine asks on every arrival).
+        self.preemptible_running = 0
         #: Each submitted job's run time at the best placement (what an oracle would know).
         self.durations: dict[int, float] = {}
         #: Jobs that ended, with their run time, oldest first (for run-time estimates).
@@ -113,24 +115,29 @@ class SimCluster:
         del self.pending[job_id]
         running = replace(job, state=JobState.RUNNING, nodes=nodes, start_time=now)
         self.running[job_id] = running
+        self.preemptible_running += is_preemptible_comment(job.comment)
         return running
 
     def finish(self, job_id: int, now: float | None = None) -> Job:
-        job = self.running.pop(job_id)
-        for name in job.nodes:
-            self._set_free(name, self.free[name] + job.gpus_per_node)
+        job = self._stop(job_id)
         if now is not None and job.start_time is not None:
             self.ended.append((job, now - job.start_time))
         return job
 
     def requeue(self, job_id: int) -> Job:
         """A running job checkpointed and requeued: its GPUs come back, it waits again."""
-        job = self.running.pop(job_id)
-        for name in job.nodes:
-            self._set_free(name, self.free[name] + job.gpus_per_node)
+        job = self._stop(job_id)
         pending = replace(job, state=JobState.PENDING, nodes=(), start_time=None)
         self.pending[job_id] = pending
         return pending
+
+    def _stop(self, job_id: int) -> Job:
+        """A running job gives its GPUs back (it ended or was requeued)."""
+        job = self.running.pop(job_id)
+        for name in job.nodes:
+            self._set_free(name, self.free[name] + job.gpus_per_node)
+        self.preemptible_running -= is_preemptible_comment(job.comment)
+        return job
 
     def _set_free(self, name: str, free: int) -> None:
         old = self.free[name]

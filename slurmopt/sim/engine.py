@@ -203,9 +203,7 @@ class Simulation:
                 run_pass = tick or freed or self._might_start(arrived, pending_priorities)
                 # A job that fits nowhere may still make room by preemption: plan it.
                 run_pass = run_pass or (
-                    victims_of is not None
-                    and bool(arrived)
-                    and any(j.comment for j in cluster.running.values())
+                    victims_of is not None and bool(arrived) and cluster.preemptible_running > 0
                 )
                 if run_pass:
                     passes += 1

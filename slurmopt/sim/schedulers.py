@@ -39,12 +39,14 @@ import networkx as nx
 from slurmopt.fabric import Fabric
 from slurmopt.model import Job
 from slurmopt.policy.backfill import INFINITY, Timeline
-from slurmopt.policy.plan import PlannerCache, Policy, Reason, plan, priority_order
+from slurmopt.policy.plan import PlannerCache, Policy, plan, priority_order
 from slurmopt.policy.preemption import (
     PreemptionChoice,
     PreemptionCost,
     choose_victims,
-    is_preemptible,
+    may_pay,
+    smallest_victim_gpus,
+    waiting_for_room,
     worth_preempting,
 )
 from slurmopt.sim.cluster import SimCluster
@@ -81,8 +83,6 @@ class Scheduler(Protocol):
 SIM_PREEMPTION = PreemptionCost(ack_s=60.0, restart_s=120.0)
 #: Waiting jobs the simulated daemon tries to preempt for in one pass, highest priority first.
 PREEMPTOR_CANDIDATES = 10
-#: Unplaced reasons that mean the job is not waiting for room, so preempting would not help.
-NOT_PREEMPTORS = frozenset({Reason.UNSUPPORTED_REQUEST, Reason.TOO_BIG_FOR_PARTITION})
 
 #: What the planner takes as a job's run time: ``limit`` (the user's time limit, as the daemon
 #: does), ``history`` (estimated from jobs that ended, :class:`HistoryEstimate`) or ``oracle``
@@ -167,25 +167,15 @@ class PlannerScheduler:
     preempt_cost: PreemptionCost = SIM_PREEMPTION
     #: The jobs the last pass left waiting and their expected starts, highest priority first.
     _waiting: list[tuple[int, float | None]] = field(default_factory=list)
-    #: job id -> the running jobs when no victims could make room for it: not searched
-    #: again until the running jobs change (the free GPUs follow from them).
-    _no_victims: dict[int, frozenset[int]] = field(default_factory=dict)
 
     def schedule(self, cluster: SimCluster, now: float, tick: bool) -> StartList:
         snapshot = cluster.snapshot(now)
         if self.estimate is not None:
             snapshot = replace(snapshot, jobs=self._estimated(cluster, snapshot.jobs, now))
         result = plan(snapshot, self.fabric, self.policy, now, cache=self.cache)
-        starting = {a.job_id for a in result.actions}
-        waiting: dict[int, float | None] = {
-            u.job_id: u.expected_start for u in result.unplaced if u.reason not in NOT_PREEMPTORS
-        }
-        for r in result.reservations:
-            waiting[r.job_id] = r.start_time
         jobs = snapshot.jobs
         self._waiting = sorted(
-            ((j, at) for j, at in waiting.items() if j not in starting),
-            key=lambda item: (-jobs[item[0]].priority, item[0]),
+            waiting_for_room(result).items(), key=lambda item: (-jobs[item[0]].priority, item[0])
         )
         return [(a.job_id, a.nodes) for a in result.actions]
 
@@ -195,34 +185,25 @@ class PlannerScheduler:
         The daemon's rule (:func:`slurmopt.policy.preemption.choose_victims`):
         the highest-priority waiting job that some lower-ranked preemptible
         jobs would make room for; only the first :data:`PREEMPTOR_CANDIDATES`
-        waiting jobs are tried in one pass, and a search that found no
-        victims is not repeated until the running jobs change.  The engine
-        runs one preemption at a time, as the daemon does.
+        waiting jobs are tried in one pass.  The engine runs one preemption at
+        a time, as the daemon does.
         """
-        if not self.preempt or not self._waiting:
-            return None
-        smallest = min(
-            (j.gpus_per_node * len(j.nodes) for j in cluster.running.values() if is_preemptible(j)),
-            default=None,
-        )
-        if smallest is None:
+        if not self.preempt or not self._waiting or not cluster.preemptible_running:
             return None
         cost = self.preempt_cost
         snapshot = cluster.snapshot(now)
-        running = frozenset(cluster.running)
+        smallest = smallest_victim_gpus(snapshot)
+        if smallest is None:
+            return None
         searches = PlannerCache()
         for job_id, expected_start in self._waiting[:PREEMPTOR_CANDIDATES]:
             job = snapshot.jobs.get(job_id)
-            if job is None or not job.is_pending or self._no_victims.get(job_id) == running:
+            if job is None or not job.is_pending:
                 continue
             gpus = job.gpus_per_node * max(1, job.node_count)
-            if expected_start is not None:
-                gain = gpus * (expected_start - now - cost.ack_s)
-                if gain <= smallest * (cost.ack_s + cost.restart_s):
-                    continue  # no victim set could be worth it: skip the search
+            if not may_pay(gpus, expected_start, now, cost, smallest):
+                continue  # even the smallest victim would cost more: no search
             choice = choose_victims(snapshot, self.fabric, job_id, now, cache=searches)
-            if not choice.victims:
-                self._no_victims[job_id] = running
             if worth_preempting(choice, gpus, expected_start, now, cost):
                 return choice
         return None

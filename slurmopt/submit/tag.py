@@ -19,6 +19,7 @@ not know, so fields can be added without breaking older readers.  See
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -125,6 +126,18 @@ def parse_comment(comment: str | None) -> tuple[JobTag | None, str | None]:
             raise TagError(f"bad field {field!r} in slurmopt tag: {exc}") from None
     tag = JobTag(preemptible=preemptible, elastic=elastic, template=template)
     return tag, (user if sep and user else None)
+
+
+@functools.lru_cache(maxsize=4096)
+def is_preemptible_comment(comment: str) -> bool:
+    """A well-formed slurmopt tag with ``preemptible`` (cached: asked for every job, every pass)."""
+    if "preemptible" not in comment:
+        return False
+    try:
+        tag, _ = parse_comment(comment)
+    except TagError:
+        return False
+    return tag is not None and tag.preemptible
 
 
 def with_checkpoint(comment: str, step: int, at: float) -> str:

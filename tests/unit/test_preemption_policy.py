@@ -160,3 +160,31 @@ def test_planner_orders_preemptible_jobs_after_all_others() -> None:
     jobs = [job(1, 100, tagged), job(2, 1), job(3, 50, tagged), job(4, 5)]
     assert [j.job_id for j in priority_order(jobs)] == [1, 3, 4, 2]
     assert [j.job_id for j in priority_order(jobs, preemptible_last=True)] == [4, 2, 1, 3]
+
+
+def test_may_pay_bounds_worth_preempting_by_the_smallest_victim() -> None:
+    from slurmopt.policy.preemption import PreemptionCost, may_pay
+
+    cost = PreemptionCost(ack_s=60, restart_s=120)
+    # 8 GPUs gain 8 x (start - now - 60); the smallest victim (4 GPUs) loses 4 x 180 = 720.
+    assert not may_pay(8, 1000.0 + 60 + 90, 1000.0, cost, 4)
+    assert may_pay(8, 1000.0 + 60 + 91, 1000.0, cost, 4)
+    assert may_pay(8, None, 1000.0, cost, 64)
+
+
+def test_waiting_for_room_leaves_out_starts_and_jobs_handed_back() -> None:
+    from slurmopt.policy.plan import Plan, Reason, Reservation, Start, Unplaced
+    from slurmopt.policy.preemption import waiting_for_room
+
+    result = Plan(
+        actions=(Start(1, ("a0",), Reason.BEST_FIT_NODE),),
+        reservations=(Reservation(2, ("a1",), 500.0, Reason.WAITS_FOR_RESOURCES),),
+        unplaced=(
+            Unplaced(2, Reason.WAITS_FOR_RESERVATION, expected_start=500.0),
+            Unplaced(3, Reason.WAITS_FOR_RESOURCES),
+            Unplaced(4, Reason.TOO_BIG_FOR_PARTITION),
+            Unplaced(1, Reason.WAITS_FOR_RESOURCES),
+        ),
+        now=0.0,
+    )
+    assert waiting_for_room(result) == {2: 500.0, 3: None}
