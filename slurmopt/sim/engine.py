@@ -38,10 +38,6 @@ from slurmopt.sim.metrics import JobOutcome, Sample, SimResult
 from slurmopt.sim.schedulers import SIM_PREEMPTION, Scheduler
 from slurmopt.sim.traces import Trace, TraceJob
 
-#: The simulated checkpoint acknowledgement and restart (see ``SIM_PREEMPTION``).
-CHECKPOINT_ACK_S = SIM_PREEMPTION.ack_s
-RESTART_S = SIM_PREEMPTION.restart_s
-
 
 @dataclass
 class _Clock:
@@ -133,6 +129,8 @@ class Simulation:
         #: Victims signalled and when they acknowledge, the preemption in flight.
         acks: list[tuple[float, int, float]] = []
         victims_of = getattr(self.scheduler, "victims", None)
+        #: The checkpoint and restart times the scheduler priced its preemptions with.
+        cost = getattr(self.scheduler, "preempt_cost", SIM_PREEMPTION)
         tick_s = self.scheduler.tick_s
         agent = _Agent(tick_s) if tick_s else None
         arrival = 0
@@ -175,7 +173,7 @@ class Simulation:
                 run_start = signalled if started is None else started
                 done_s[job_id] = done_s.get(job_id, 0.0) + (signalled - run_start) / outcome.stretch
                 outcome.preempted += 1
-                outcome.lost_gpu_s += outcome.job.gpus * (at - signalled + RESTART_S)
+                outcome.lost_gpu_s += outcome.job.gpus * (at - signalled + cost.restart_s)
                 del live_end[job_id]
                 cluster.requeue(job_id)
                 pending_priorities[job_id] = outcome.job.priority
@@ -217,7 +215,7 @@ class Simulation:
                 factor, leaves = stretcher.factor(nodes, outcome.job.gpus)
                 work = outcome.job.duration_s
                 if job_id in done_s:  # a requeued job resumes from its checkpoint
-                    work = max(work - done_s[job_id], 0.0) + RESTART_S
+                    work = max(work - done_s[job_id], 0.0) + cost.restart_s
                 run = work * factor
                 if outcome.start is None:
                     outcome.start = at
@@ -239,7 +237,7 @@ class Simulation:
                 choice = victims_of(cluster, at)
                 if choice is not None:
                     for victim in choice.victims:
-                        heapq.heappush(acks, (at + CHECKPOINT_ACK_S, victim.job_id, at))
+                        heapq.heappush(acks, (at + cost.ack_s, victim.job_id, at))
             clock.fgd_now = fgd_unusable_share(cluster.histogram, shapes)[0]
             self.samples.append(
                 Sample(at, cluster.allocated, cluster.stranded, len(cluster.pending), clock.fgd_now)

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from slurmopt.sim import CommModel, SimResult, read_trace, simulate
-from slurmopt.sim.engine import CHECKPOINT_ACK_S, RESTART_S
 from slurmopt.sim.fabrics import parse_fabric_spec
+from slurmopt.sim.schedulers import SIM_PREEMPTION
 
+CHECKPOINT_ACK_S = SIM_PREEMPTION.ack_s
+RESTART_S = SIM_PREEMPTION.restart_s
 HEADER = "submit_s,duration_s,gpus,time_limit_s,priority,preemptible\n"
 VICTIM_AND_PREEMPTOR = HEADER + "0,1000,16,2000,0,true\n10,100,8,200,10,false\n"
 
