@@ -169,23 +169,29 @@ def _describe(value: object) -> str:
     return f"{kind} {value!r}"
 
 
+def _real(value: object, expected: str, infinite: str = "must be 0 or more") -> float:
+    """A finite TOML number as a float; ValueError naming what was expected otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected {expected}, got {_describe(value)}")
+    if not math.isfinite(value):
+        raise ValueError(f"{infinite}, got {value!r}")
+    return float(value)
+
+
 def _coerce(key: str, value: object) -> Any:
     """``value`` checked and converted for ``key``; raises ValueError saying what is wrong."""
     if key == "compact_wait_share":
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"expected a share of the time limit, got {_describe(value)}")
-        if not (math.isfinite(value) and value >= 0):
+        share = _real(value, "a share of the time limit")
+        if share < 0:
             raise ValueError(f"must be 0 or more, got {value!r}")
-        return float(value)
+        return share
     if key in ("enforce", "preempt_enabled", "align_ends"):
         if not isinstance(value, bool):
             raise ValueError(f"expected true or false, got {_describe(value)}")
         return value
     if key in _SECONDS:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"expected a number of seconds, got {_describe(value)}")
-        number = float(value)
-        if not math.isfinite(number) or number <= 0:
+        number = _real(value, "a number of seconds", "must be a positive number of seconds")
+        if number <= 0:
             raise ValueError(f"must be a positive number of seconds, got {value!r}")
         return number
     if key in _HEALTH_INTS:
@@ -203,11 +209,10 @@ def _coerce(key: str, value: object) -> Any:
             raise ValueError(f"Xid numbers are positive, got {list(value)!r}")
         return tuple(sorted(set(value)))
     if key == "health_max_drain_share":
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"expected a share from 0 to 1, got {_describe(value)}")
-        if not (math.isfinite(value) and 0 <= value <= 1):
+        share = _real(value, "a share from 0 to 1", "must be from 0 to 1")
+        if not 0 <= share <= 1:
             raise ValueError(f"must be from 0 to 1, got {value!r}")
-        return float(value)
+        return share
     if key in ("backfill_depth", "metrics_port"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"expected an integer, got {_describe(value)}")

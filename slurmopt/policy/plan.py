@@ -1024,8 +1024,9 @@ class _Planner:
 
         A node whose GPUs all free up within a short span empties whole; one
         that keeps a single long job strands the rest.  Only partly used
-        nodes are compared (an idle node has no end to match), and the heap
-        order breaks ties, so with no running jobs nothing changes.
+        nodes are compared (an idle node has no end to match), so with no
+        running jobs nothing changes; on a tie the best-fit node ``first``
+        stays, else the first found of the equally near ones.
         """
         gap = self._end_gap(first, end)
         if gap is None:
