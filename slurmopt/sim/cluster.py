@@ -30,6 +30,9 @@ class SimCluster:
     ``free`` and ``histogram`` (nodes per free-GPU count, free > 0) are kept
     up to date on every change, as is ``stranded``: free GPUs on partly used
     nodes, the ones only a job that fits beside others can use.
+    ``sub_node_gpus`` counts the GPUs of running jobs smaller than a node, so
+    :attr:`stranded_floor` can say how few GPUs any packing of the same
+    running jobs would strand.
     """
 
     def __init__(self, fabric: Fabric, gpus_per_node: int) -> None:
@@ -42,6 +45,7 @@ class SimCluster:
         self.histogram: Counter[int] = Counter({gpus_per_node: len(self.node_names)})
         self.stranded = 0
         self.allocated = 0
+        self.sub_node_gpus = 0
         self.nodes: dict[str, Node] = {
             name: Node(
                 name=name,
@@ -75,6 +79,17 @@ class SimCluster:
             slurm_version="simulated",
             source="simulator",
         )
+
+    @property
+    def stranded_floor(self) -> int:
+        """The fewest GPUs any placement of the running jobs could leave stranded.
+
+        Jobs smaller than a node fill ``ceil(S / G)`` nodes at best, so at
+        least ``-S mod G`` of those nodes' GPUs stay free beside them: what
+        a perfect repacking (migration included) of the same jobs would
+        strand. Only a change of what runs gets below it.
+        """
+        return -self.sub_node_gpus % self.gpus_per_node
 
     def nodes_with_free(self, gpus: int) -> int:
         """How many nodes have at least ``gpus`` free."""
@@ -112,6 +127,8 @@ class SimCluster:
                 )
         for name in nodes:
             self._set_free(name, self.free[name] - job.gpus_per_node)
+        if job.gpus_per_node < self.gpus_per_node:
+            self.sub_node_gpus += job.gpus_per_node * len(nodes)
         del self.pending[job_id]
         running = replace(job, state=JobState.RUNNING, nodes=nodes, start_time=now)
         self.running[job_id] = running
@@ -136,6 +153,8 @@ class SimCluster:
         job = self.running.pop(job_id)
         for name in job.nodes:
             self._set_free(name, self.free[name] + job.gpus_per_node)
+        if job.gpus_per_node < self.gpus_per_node:
+            self.sub_node_gpus -= job.gpus_per_node * len(job.nodes)
         self.preemptible_running -= is_preemptible_comment(job.comment)
         return job
 

@@ -52,6 +52,8 @@ class _Clock:
     queued_time: float = 0.0
     allocated_queued: float = 0.0
     stranded_queued: float = 0.0
+    stranded_floor: float = 0.0
+    stranded_floor_queued: float = 0.0
     span: float = 0.0
     #: FGD unusable share of the free GPUs since the last event (None: nothing free).
     fgd_now: float | None = None
@@ -254,6 +256,8 @@ class Simulation:
             queued_time=clock.queued_time,
             allocated_queued_integral=clock.allocated_queued,
             stranded_queued_integral=clock.stranded_queued,
+            stranded_floor_integral=clock.stranded_floor,
+            stranded_floor_queued_integral=clock.stranded_floor_queued,
             span=clock.span,
             samples=self.samples,
             too_big=too_big,
@@ -284,7 +288,9 @@ class Simulation:
         clock.span += dt
         clock.allocated += cluster.allocated * dt
         clock.stranded += cluster.stranded * dt
+        clock.stranded_floor += cluster.stranded_floor * dt
         if cluster.pending:
+            clock.stranded_floor_queued += cluster.stranded_floor * dt
             clock.queued_time += dt
             clock.allocated_queued += cluster.allocated * dt
             clock.stranded_queued += cluster.stranded * dt

@@ -10,6 +10,10 @@ Definitions (``docs/simulator.md`` has the table):
 * stranded GPUs: free GPUs on partly used nodes, time-weighted; and the same
   only over the time some job was waiting (``..._when_queued``): with an
   empty queue a free GPU is spare capacity, while jobs wait it is lost;
+* stranded-GPU floor (``avg_stranded_gpus_floor``): the fewest GPUs any
+  packing of the jobs running at each instant could strand (``-S mod G``
+  for ``S`` GPUs of jobs smaller than a ``G``-GPU node), time-weighted: how
+  much of the stranding placement could still remove;
 * FGD unusable share: ``slurmopt.policy.fragmentation.fgd_unusable_share`` of
   the free GPUs, over the trace's own job sizes, time-weighted while any GPU is free;
 * leaves spanned and wait of multi-node jobs; makespan: last end - first submit.
@@ -96,6 +100,8 @@ class SimResult:
         allocated_queued_integral: float,
         span: float,
         stranded_queued_integral: float = 0.0,
+        stranded_floor_integral: float = 0.0,
+        stranded_floor_queued_integral: float = 0.0,
         samples: Sequence[Sample],
         too_big: int,
         passes: int,
@@ -135,6 +141,10 @@ class SimResult:
             "avg_stranded_gpus": _round(stranded_integral / span if span else None),
             "avg_stranded_gpus_when_queued": _round(
                 stranded_queued_integral / queued_time if queued_time else None
+            ),
+            "avg_stranded_gpus_floor": _round(stranded_floor_integral / span if span else None),
+            "avg_stranded_gpus_floor_when_queued": _round(
+                stranded_floor_queued_integral / queued_time if queued_time else None
             ),
             "avg_fgd_unusable_share": _round(fgd_integral / fgd_time if fgd_time else None, 4),
             "preemptions": sum(o.preempted for o in outcomes),

@@ -150,3 +150,13 @@ def test_stranded_shortfall_names_the_idle_time_when_waiting_jobs_lose_less() ->
     assert bench.shortfall_reason("avg_stranded_gpus", ours, base) == (
         "no single cause visible in these figures"
     )
+
+
+def test_stranded_shortfall_names_the_packing_floor_when_the_target_is_under_it() -> None:
+    base = {"avg_stranded_gpus": 4.0, "avg_stranded_gpus_floor": 2.5, "p95_queue_delay_s": 900}
+    ours = {"avg_stranded_gpus": 3.0, "avg_stranded_gpus_floor": 2.4, "p95_queue_delay_s": 600}
+    why = bench.shortfall_reason("avg_stranded_gpus", ours, base)
+    assert why.startswith("below the packing floor: the target is 2.00 GPUs")
+    assert "at least 2.40" in why
+    ours["avg_stranded_gpus_floor"] = 1.5  # reachable: the floor is no excuse
+    assert not bench.shortfall_reason("avg_stranded_gpus", ours, base).startswith("below")

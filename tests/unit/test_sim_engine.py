@@ -165,3 +165,31 @@ def test_stranded_gpus_over_the_run_and_while_jobs_wait(tmp_path: Path) -> None:
     m = result.metrics
     assert m["avg_stranded_gpus"] == pytest.approx(4 * 100 / 150, abs=0.01)
     assert m["avg_stranded_gpus_when_queued"] == 4.0
+
+
+def test_stranded_floor_is_what_perfect_packing_of_the_running_jobs_leaves(
+    tmp_path: Path,
+) -> None:
+    # Two 8-GPU nodes, FIFO by index: 2+6 GPUs fill the first, 2+6 the second (0-50, nothing
+    # stranded). The 6-GPU jobs end at 50: each node keeps one 2-GPU job, 12 GPUs stranded,
+    # while both 2-GPU jobs on one node would strand 4 (the floor, -(2+2) mod 8).
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "submit_s,duration_s,gpus,time_limit_s\n"
+        "0,100,2,100\n0,50,6,50\n0,100,2,100\n0,50,6,50\n"
+    )
+    result = simulate(read_trace(trace, "csv"), parse_fabric_spec("fat-tree:2:2"), "slurm-fifo")
+    m = result.metrics
+    assert m["avg_stranded_gpus"] == pytest.approx(12 * 50 / 100)
+    assert m["avg_stranded_gpus_floor"] == pytest.approx(4 * 50 / 100)
+
+
+def test_stranded_floor_counts_only_jobs_smaller_than_a_node(tmp_path: Path) -> None:
+    # A 16-GPU gang (two whole nodes) and a 1-GPU job on a third node: 7 stranded, floor 7;
+    # the 1-GPU job alone after the gang ends strands 7 as well, so both average 7.
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit_s,duration_s,gpus,time_limit_s\n0,50,16,50\n0,100,1,100\n")
+    result = simulate(read_trace(trace, "csv"), parse_fabric_spec("fat-tree:4:4"), "slurm-fifo")
+    m = result.metrics
+    assert m["avg_stranded_gpus"] == pytest.approx(7.0)
+    assert m["avg_stranded_gpus_floor"] == pytest.approx(7.0)
