@@ -70,6 +70,19 @@ PREEMPT_METRICS = (
     "preemption_lost_gpu_h",
     "gpu_allocation_ratio_when_queued",
 )
+#: Elastic starts need jobs marked elastic, which no public trace has either: the same
+#: workload with half the multi-node jobs elastic (from half their nodes to all).
+ELASTIC_TRACE = "jobs=2000,elastic=0.5,seed=7"
+ELASTIC_POLICIES = ("slurm-backfill-tree", "slurmopt:elastic=off", "slurmopt")
+ELASTIC_METRICS = (
+    "avg_jct_s",
+    "p95_queue_delay_s",
+    "avg_wait_multinode_s",
+    "elastic_smaller_starts",
+    "gpu_allocation_ratio_when_queued",
+    "avg_stranded_gpus",
+    "avg_stranded_gpus_floor",
+)
 LEVER_METRICS = (
     "avg_jct_s",
     "p95_queue_delay_s",
@@ -521,16 +534,13 @@ def _floor_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def _preempt_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def _synthetic_table(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str]) -> list[str]:
+    """One synthetic study's runs: a row per load and policy, raw figures."""
     cells = [
-        [
-            f"{r['load']:g}",
-            f"`{r['policy']}`",
-            *(_fmt(r["metrics"].get(m)) for m in PREEMPT_METRICS),
-        ]
+        [f"{r['load']:g}", f"`{r['policy']}`", *(_fmt(r["metrics"].get(m)) for m in metrics)]
         for r in rows
     ]
-    return _table(("load", "policy"), PREEMPT_METRICS, cells)
+    return _table(("load", "policy"), metrics, cells)
 
 
 def render(doc: Mapping[str, Any]) -> str:
@@ -642,7 +652,19 @@ def render(doc: Mapping[str, Any]) -> str:
         "checkpoint acknowledged after 60 s, requeue, 120 s restart, only when it pays); "
         "`slurmopt:preempt=off` is the same planner without it.",
         "",
-        *_preempt_table(doc.get("preempt_rows", [])),
+        *_synthetic_table(doc.get("preempt_rows", []), PREEMPT_METRICS),
+        "",
+        "## Elastic jobs (synthetic workload)",
+        "",
+        "No public trace marks jobs elastic either: the same generator with half the multi-node "
+        f"jobs elastic (`--trace '{ELASTIC_TRACE}'`: each runs on half its nodes up to all, its "
+        f"time limit the budget at half), on `{PREEMPT_FABRIC}`, penalty on. `slurmopt` starts an "
+        "elastic job that cannot get all its nodes on fewer when that finishes sooner "
+        "(docs/planner.md); the simulator runs it `nodes asked / nodes given` times longer. "
+        "`slurmopt:elastic=off` is the same planner starting every job whole, as the baseline "
+        "does.",
+        "",
+        *_synthetic_table(doc.get("elastic_rows", []), ELASTIC_METRICS),
         "",
         "## All figures",
         "",
@@ -758,11 +780,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                     cases.append(
                         Case(spec.label, path, spec.fmt, limit, fabric, load, penalty, policy)
                     )
-    preempt_cases = [
-        Case("synthetic", PREEMPT_TRACE, "synthetic", None, PREEMPT_FABRIC, load, True, policy)
-        for load in LOADS
-        for policy in PREEMPT_POLICIES
-    ]
+    preempt_cases, elastic_cases = (
+        [
+            Case("synthetic", spec, "synthetic", None, PREEMPT_FABRIC, load, True, policy)
+            for load in LOADS
+            for policy in policies
+        ]
+        for spec, policies in ((PREEMPT_TRACE, PREEMPT_POLICIES), (ELASTIC_TRACE, ELASTIC_POLICIES))
+    )
     plotted = [
         c
         for c in cases
@@ -778,6 +803,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
         fill_futures = [pool.submit(run_fill, f) for f in fills]  # longest first
         preempt_futures = [pool.submit(run_case, c) for c in preempt_cases]
+        elastic_futures = [pool.submit(run_case, c) for c in elastic_cases]
         futures = [
             pool.submit(_run_case_with_series if c in plotted else run_case, c) for c in cases
         ]
@@ -796,6 +822,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
         fill_runs = [f.result() for f in fill_futures]
         preempt_rows = [f.result() for f in preempt_futures]
+        elastic_rows = [f.result() for f in elastic_futures]
     args.out.mkdir(parents=True, exist_ok=True)
     plots = args.out / "benchmarks"
     plots.mkdir(exist_ok=True)
@@ -873,6 +900,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "comparison_off": compare(rows, penalty=False),
         "levers": lever_rows(rows),
         "preempt_rows": preempt_rows,
+        "elastic_rows": elastic_rows,
         "plot": plot_doc,
         "fill": fill_doc,
     }

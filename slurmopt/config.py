@@ -103,6 +103,7 @@ class Config:
     backfill_depth: int = 100
     compact_wait_share: float = 0.5
     align_ends: bool = True
+    elastic_starts: bool = True
     heartbeat_path: str = "/run/slurmopt/heartbeat"
     heartbeat_max_age_s: float = 30.0
     pin_timeout_s: float = 300.0
@@ -185,7 +186,7 @@ def _coerce(key: str, value: object) -> Any:
         if share < 0:
             raise ValueError(f"must be 0 or more, got {value!r}")
         return share
-    if key in ("enforce", "preempt_enabled", "align_ends"):
+    if key in ("enforce", "preempt_enabled", "align_ends", "elastic_starts"):
         if not isinstance(value, bool):
             raise ValueError(f"expected true or false, got {_describe(value)}")
         return value

@@ -29,6 +29,7 @@ EXPLAIN_SCHEMA_VERSION = 1
 REASON_MEANING: dict[Reason, str] = {
     Reason.GANG_FEWEST_LEAVES: "a multi-node job on the fewest leaf switches, fewest hops apart",
     Reason.BEST_FIT_NODE: "a one-node job on the node where it leaves the least fragmentation",
+    Reason.ELASTIC_START: "an elastic job on fewer nodes than it asked for, finishing sooner so",
     Reason.BACKFILL: "started ahead of higher-priority jobs without delaying their reservations",
     Reason.RESERVED: "enough GPUs are free now, but they are held for higher-priority jobs",
     Reason.WAITS_FOR_RESERVATION: "has a backfill reservation and starts when its nodes free up",

@@ -7,7 +7,9 @@ same fresh snapshot the plan was made from:
    ``waiting`` (never act on what the snapshot does not show);
 2. record ``waiting -> pinned`` with the nodes, under the key
    ``job:submit:pin:attempt`` (attempt = pins recorded before), and commit;
-3. ``pin`` (``scontrol update JobId=N NodeList=...``), then ``release``.
+3. ``pin`` (``scontrol update JobId=N NodeList=...``), then ``release``; an
+   elastic job started on fewer nodes than it asks for first gets its node
+   count set to match (``shrink``: ``NumNodes=``).
 
 A crash after 2 leaves a ``pinned`` record of a job Slurm still holds; the
 reconciler withdraws that pin and the job is planned again under the next
@@ -136,7 +138,7 @@ class Actuator:
             why = "not a job slurmopt holds"
         elif not self._ours(job, record):
             why = f"not waiting under slurmopt's hold (Slurm: {job.state} {job.reason or '-'})"
-        if why is not None or record is None:
+        if why is not None or record is None or job is None:
             result.skipped[job_id] = why or "no record"
             log.info("job %d: start skipped: %s", job_id, why)
             return
@@ -153,6 +155,8 @@ class Actuator:
         )
         log.info("job %d: pin recorded (%s) -> %s [%s]", job_id, key, nodes, action.reason.value)
         try:
+            if len(action.nodes) != job.node_count:  # an elastic start on fewer nodes
+                self.client.shrink(job_id, len(action.nodes))
             self.client.pin(job_id, action.nodes)
             self.client.release(job_id)
         except SlurmCommandError as exc:

@@ -136,6 +136,7 @@ class Daemon:
             backfill_depth=config.backfill_depth,
             compact_wait_share=config.compact_wait_share,
             align_ends=config.align_ends,
+            elastic=config.elastic_starts,
         )
 
     def __init__(

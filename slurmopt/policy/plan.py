@@ -19,7 +19,7 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -28,7 +28,7 @@ from slurmopt.model import ClusterSnapshot, Job, Node, Partition
 from slurmopt.policy.backfill import INFINITY, Timeline
 from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution, queue_shape
 from slurmopt.policy.placement import Constraint, choose_leaves, fgd_increase, parse_constraint
-from slurmopt.submit.tag import is_preemptible_comment
+from slurmopt.submit.tag import elastic_range, is_preemptible_comment
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -40,6 +40,7 @@ class Reason(StrEnum):
     GANG_FEWEST_LEAVES = "GANG_FEWEST_LEAVES"
     BEST_FIT_NODE = "BEST_FIT_NODE"
     BACKFILL = "BACKFILL"
+    ELASTIC_START = "ELASTIC_START"
     # reservations and waits
     RESERVED = "RESERVED"
     WAITS_FOR_RESERVATION = "WAITS_FOR_RESERVATION"
@@ -154,6 +155,11 @@ class Policy:
     single-node job goes where the jobs already running end closest to its
     own time limit, so that the node empties at once rather than leaving a
     few free GPUs stranded while one job runs on.
+    ``elastic``: a job tagged ``elastic=MIN:MAX`` that cannot start on MAX
+    nodes now starts on the most nodes between MIN and MAX that are free
+    now, when it would finish sooner that way than by waiting for MAX (its
+    time limit is the budget at MIN nodes; the work is taken to scale with
+    the nodes).
     ``partitions``: the partitions slurmopt places jobs in (None: all).
     ``job_sizes``: the distribution the FGD measure uses (None: the queue).
     """
@@ -162,6 +168,7 @@ class Policy:
     require_single_leaf: bool = True
     compact_wait_share: float | None = 0.5
     align_ends: bool = True
+    elastic: bool = True
     partitions: frozenset[str] | None = None
     job_sizes: JobSizeDistribution | None = None
 
@@ -814,6 +821,9 @@ class _Planner:
         if why is not None:
             self._unplaced(job, Reason.NOT_ELIGIBLE, why)
             return
+        span = self._elastic_span(job)
+        if span is not None and job.node_count != span[1]:
+            job = replace(job, node_count=span[1])  # planned from MAX, even once set smaller
         constraint = self._constraint(job)
         if constraint is None:
             self._unplaced(
@@ -832,10 +842,53 @@ class _Planner:
             if failure is None:
                 return
         assert failure is not None
+        if span is not None and self._start_elastic(job, pools, constraint, end, span[0]):
+            return
         if len(self.reservations) < self.policy.backfill_depth:
             if self._try_reserve(job, pools, constraint, failure):
                 return
         self._unplaced(job, failure.reason, failure.detail)
+
+    def _elastic_span(self, job: Job) -> tuple[int, int] | None:
+        """``(MIN, MAX)`` nodes of an elastic job the planner may start smaller; else None."""
+        if not self.policy.elastic or job.required_nodes:
+            return None
+        span = elastic_range(job.comment)
+        if span is None or span[0] >= span[1] or not span[0] <= job.node_count <= span[1]:
+            return None
+        return span
+
+    def _start_elastic(
+        self, job: Job, pools: list[_Pool], constraint: Constraint, end: float, low: int
+    ) -> bool:
+        """Start an elastic job on fewer nodes now if that finishes before waiting for all.
+
+        Its time limit is the budget at ``low`` nodes, so on ``n`` nodes it
+        is expected to run ``limit * low / n``; the full size would start at
+        its earliest block (never, when none frees up).  The timeline keeps
+        the whole limit on the nodes taken, so no reservation is delayed.
+        """
+        limit = end - self.now
+        if limit >= INFINITY:
+            return False
+        k = job.node_count
+        blocks = (self._earliest_block(job, pool, constraint) for pool in pools)
+        full = min((b[0] for b in blocks if b is not None), default=INFINITY)
+        finish_full = full + limit * low / k
+        for n in range(k - 1, low - 1, -1):
+            if self.now + limit * low / n >= finish_full:
+                return False  # fewer nodes would finish later still
+            smaller = replace(job, node_count=n)
+            for pool in pools:
+                if self._try_start(smaller, pool, constraint, end) is None:
+                    started = self.actions[-1]
+                    wait = "never" if full >= INFINITY else f"from now+{full - self.now:.0f} s"
+                    detail = f"elastic {low}:{k}: {n} of {k} nodes now ({k} {wait}); "
+                    self.actions[-1] = replace(
+                        started, reason=Reason.ELASTIC_START, detail=detail + started.detail
+                    )
+                    return True
+        return False
 
     def _end(self, job: Job, partition: Partition) -> float:
         limit = job.time_limit_s if job.time_limit_s is not None else partition.max_time_s

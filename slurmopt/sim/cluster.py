@@ -20,6 +20,13 @@ PARTITION = "gpu"
 PREEMPTIBLE_COMMENT = format_comment(JobTag(preemptible=True))
 
 
+def _comment(job: TraceJob) -> str:
+    """The tag ``slurmopt submit`` would give the job (``--preemptible``, ``--elastic``)."""
+    if job.min_nodes is None:
+        return PREEMPTIBLE_COMMENT if job.preemptible else ""
+    return format_comment(JobTag(preemptible=job.preemptible, elastic=(job.min_nodes, job.nodes)))
+
+
 class SimulationError(RuntimeError):
     """A scheduler asked for something the simulated cluster cannot do (a bug, not bad input)."""
 
@@ -63,6 +70,9 @@ class SimCluster:
         self.preemptible_running = 0
         #: Each submitted job's run time at the best placement (what an oracle would know).
         self.durations: dict[int, float] = {}
+        #: Nodes each job asked for, and the fewest an elastic job runs on.
+        self.asked_nodes: dict[int, int] = {}
+        self.elastic_min: dict[int, int] = {}
         #: Jobs that ended, with their run time, oldest first (for run-time estimates).
         self.ended: list[tuple[Job, float]] = []
 
@@ -106,10 +116,13 @@ class SimCluster:
             gpus_per_node=job.gpus_per_node,
             time_limit_s=job.time_limit_s,
             submit_time=job.submit_s,
-            comment=PREEMPTIBLE_COMMENT if job.preemptible else "",
+            comment=_comment(job),
         )
         self.pending[job.job_id] = pending
         self.durations[job.job_id] = job.duration_s
+        self.asked_nodes[job.job_id] = job.nodes
+        if job.min_nodes is not None:
+            self.elastic_min[job.job_id] = job.min_nodes
         return pending
 
     def start(self, job_id: int, nodes: tuple[str, ...], now: float) -> Job:
@@ -117,7 +130,8 @@ class SimCluster:
         job = self.pending.get(job_id)
         if job is None:
             raise SimulationError(f"job {job_id} is not pending")
-        if len(nodes) != job.node_count or len(set(nodes)) != len(nodes):
+        low = job.node_count if job_id not in self.elastic_min else self.elastic_min[job_id]
+        if not low <= len(nodes) <= job.node_count or len(set(nodes)) != len(nodes):
             raise SimulationError(f"job {job_id} needs {job.node_count} nodes, got {nodes}")
         for name in nodes:
             if self.free.get(name, -1) < job.gpus_per_node:
@@ -130,7 +144,9 @@ class SimCluster:
         if job.gpus_per_node < self.gpus_per_node:
             self.sub_node_gpus += job.gpus_per_node * len(nodes)
         del self.pending[job_id]
-        running = replace(job, state=JobState.RUNNING, nodes=nodes, start_time=now)
+        running = replace(
+            job, state=JobState.RUNNING, nodes=nodes, node_count=len(nodes), start_time=now
+        )
         self.running[job_id] = running
         self.preemptible_running += is_preemptible_comment(job.comment)
         return running
@@ -144,7 +160,13 @@ class SimCluster:
     def requeue(self, job_id: int) -> Job:
         """A running job checkpointed and requeued: its GPUs come back, it waits again."""
         job = self._stop(job_id)
-        pending = replace(job, state=JobState.PENDING, nodes=(), start_time=None)
+        pending = replace(
+            job,
+            state=JobState.PENDING,
+            nodes=(),
+            node_count=self.asked_nodes[job_id],
+            start_time=None,
+        )
         self.pending[job_id] = pending
         return pending
 

@@ -173,9 +173,11 @@ class Simulation:
                 outcome = outcomes[job_id]
                 started = cluster.running[job_id].start_time
                 run_start = signalled if started is None else started
-                done_s[job_id] = done_s.get(job_id, 0.0) + (signalled - run_start) / outcome.stretch
+                progress = (signalled - run_start) / (outcome.stretch * outcome.scale)
+                done_s[job_id] = done_s.get(job_id, 0.0) + progress
                 outcome.preempted += 1
-                outcome.lost_gpu_s += outcome.job.gpus * (at - signalled + cost.restart_s)
+                gpus = len(outcome.nodes) * outcome.job.gpus_per_node
+                outcome.lost_gpu_s += gpus * (at - signalled + cost.restart_s)
                 del live_end[job_id]
                 cluster.requeue(job_id)
                 pending_priorities[job_id] = outcome.job.priority
@@ -214,11 +216,14 @@ class Simulation:
                 cluster.start(job_id, nodes, at)
                 pending_priorities.pop(job_id, None)
                 outcome = outcomes[job_id]
-                factor, leaves = stretcher.factor(nodes, outcome.job.gpus)
-                work = outcome.job.duration_s
+                job = outcome.job
+                factor, leaves = stretcher.factor(nodes, len(nodes) * job.gpus_per_node)
+                # An elastic job on fewer nodes than it asked for runs that much longer.
+                outcome.scale = job.nodes / len(nodes)
+                work = job.duration_s
                 if job_id in done_s:  # a requeued job resumes from its checkpoint
                     work = max(work - done_s[job_id], 0.0) + cost.restart_s
-                run = work * factor
+                run = work * factor * outcome.scale
                 if outcome.start is None:
                     outcome.start = at
                 outcome.leaves = leaves

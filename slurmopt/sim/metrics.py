@@ -43,6 +43,8 @@ class JobOutcome:
     leaves: int = 0
     nodes: tuple[str, ...] = ()
     stretch: float = 1.0
+    #: Nodes asked / nodes run on (above 1: an elastic job started smaller).
+    scale: float = 1.0
     timed_out: bool = False
     #: Times the job was checkpointed and requeued, and the GPU-seconds that cost it.
     preempted: int = 0
@@ -152,6 +154,7 @@ class SimResult:
             "avg_queue_delay_not_preemptible_s": _round(
                 _mean([w for o, w in zip(done, wait, strict=True) if not o.job.preemptible])
             ),
+            "elastic_smaller_starts": sum(o.scale > 1 for o in done),
             "multinode_jobs": len(multi),
             "avg_wait_multinode_s": _round(_mean(multi_wait)),
             "avg_leaves_spanned_multinode": _round(_mean([float(o.leaves) for o in multi]), 3),

@@ -81,6 +81,8 @@ class TraceJob:
     gpus_asked: int
     priority: int = 0
     preemptible: bool = False
+    #: Elastic jobs: the fewest nodes they run on (``nodes`` is the most); None: rigid.
+    min_nodes: int | None = None
 
     @property
     def gpus(self) -> int:
@@ -138,6 +140,9 @@ class _Raw:
     priority: int = 0
     time_limit_s: int | None = None
     preemptible: bool = False
+    #: Elastic: the fewest nodes (``min_nodes``), or True for half the nodes (synthetic).
+    min_nodes: int | None = None
+    elastic: bool = False
 
 
 @dataclass
@@ -437,6 +442,12 @@ def _plain_csv(text: str, path: str, tally: _Tally) -> list[_Raw]:
             raw.priority = _whole(row, "priority", path, line)
         if row.get("time_limit_s"):
             raw.time_limit_s = _whole(row, "time_limit_s", path, line)
+        if row.get("min_nodes"):
+            raw.min_nodes = _whole(row, "min_nodes", path, line)
+            if not 1 <= raw.min_nodes <= (raw.nodes or raw.min_nodes):
+                raise TraceError(
+                    f"min_nodes {raw.min_nodes} must be between 1 and nodes {raw.nodes}", path, line
+                )
         flag = row.get("preemptible", "").lower()
         if flag not in _TRUE | _FALSE:
             raise TraceError(f"preemptible must be true or false, got {flag!r}", path, line)
@@ -453,6 +464,7 @@ SYNTHETIC_DEFAULTS: Mapping[str, str] = {
     "sigma": "1.5",
     "seed": "42",
     "preemptible": "0",
+    "elastic": "0",
 }
 
 
@@ -463,7 +475,9 @@ def _synthetic(text: str, path: str, tally: _Tally) -> list[_Raw]:
     job-size mix; ``duration_s`` and ``sigma``: a lognormal run time with
     that median and shape (real traces are heavy-tailed: most jobs short, a
     few very long), at least 60 s; ``seed``; ``preemptible``: the share of
-    jobs tagged preemptible.  Arrivals are a Poisson process at one job per
+    jobs tagged preemptible; ``elastic``: the share of multi-node jobs that
+    are elastic, running on half their nodes up to all of them (their time
+    limit is then the budget at half).  Arrivals are a Poisson process at one job per
     second: ``--load`` (1.0 when not given) then scales them to the load
     wanted on the fabric.
     """
@@ -481,6 +495,7 @@ def _synthetic(text: str, path: str, tally: _Tally) -> list[_Raw]:
         sigma = float(values["sigma"])
         seed = int(values["seed"])
         share = float(values["preemptible"])
+        elastic = float(values["elastic"])
         mix = []
         for pair in values["mix"].split("/"):
             gpus, sep, weight = pair.partition(":")
@@ -489,9 +504,11 @@ def _synthetic(text: str, path: str, tally: _Tally) -> list[_Raw]:
             mix.append((int(gpus), float(weight)))
     except ValueError as exc:
         raise TraceError(f"synthetic: bad number ({exc})", path) from None
-    if jobs < 1 or median <= 0 or sigma < 0 or not 0 <= share <= 1:
+    if jobs < 1 or median <= 0 or sigma < 0 or not 0 <= share <= 1 or not 0 <= elastic <= 1:
         raise TraceError(
-            "synthetic: jobs >= 1, duration_s > 0, sigma >= 0 and 0 <= preemptible <= 1", path
+            "synthetic: jobs >= 1, duration_s > 0, sigma >= 0, 0 <= preemptible <= 1 and "
+            "0 <= elastic <= 1",
+            path,
         )
     if not mix or any(g < 1 or w < 0 for g, w in mix) or sum(w for _, w in mix) <= 0:
         raise TraceError("synthetic: mix needs GPUS:WEIGHT pairs, GPUS >= 1, some weight > 0", path)
@@ -503,10 +520,13 @@ def _synthetic(text: str, path: str, tally: _Tally) -> list[_Raw]:
         at += rng.expovariate(1.0)
         duration = max(60.0, rng.lognormvariate(math.log(median), sigma))
         size = rng.choices(sizes, weights)[0]
-        out.append(_Raw(at, round(duration), size, preemptible=rng.random() < share))
+        raw = _Raw(at, round(duration), size, preemptible=rng.random() < share)
+        raw.elastic = rng.random() < elastic
+        out.append(raw)
     tally.notes.append(
         f"synthetic workload: {jobs} jobs, seed {seed}, mix {values['mix']}, lognormal run "
-        f"time (median {median:g} s, sigma {sigma:g}), {share:.0%} preemptible"
+        f"time (median {median:g} s, sigma {sigma:g}), {share:.0%} preemptible, "
+        f"{elastic:.0%} of multi-node jobs elastic"
     )
     return out
 
@@ -556,7 +576,12 @@ def read_trace(
             gangs += 1
             rounded += nodes * per_node != raw.gpus
         duration = max(raw.duration_s, 1.0)
-        limit = raw.time_limit_s if raw.time_limit_s else time_limit_for(duration)
+        low = raw.min_nodes or (max(1, nodes // 2) if raw.elastic else None)
+        if low is not None and low >= nodes:
+            low = None  # nothing to shrink: a rigid job
+        # An elastic job's limit is its budget on its fewest nodes.
+        budget = duration * nodes / low if low else duration
+        limit = raw.time_limit_s if raw.time_limit_s else time_limit_for(budget)
         jobs.append(
             TraceJob(
                 job_id=i,
@@ -568,6 +593,7 @@ def read_trace(
                 gpus_asked=raw.gpus,
                 priority=raw.priority,
                 preemptible=raw.preemptible,
+                min_nodes=low,
             )
         )
     notes = list(tally.notes)

@@ -140,6 +140,18 @@ def is_preemptible_comment(comment: str) -> bool:
     return tag is not None and tag.preemptible
 
 
+@functools.lru_cache(maxsize=4096)
+def elastic_range(comment: str) -> tuple[int, int] | None:
+    """``(MIN, MAX)`` nodes of a well-formed tag with ``elastic=MIN:MAX``, else None (cached)."""
+    if "elastic=" not in comment:
+        return None
+    try:
+        tag, _ = parse_comment(comment)
+    except TagError:
+        return None
+    return None if tag is None else tag.elastic
+
+
 def with_checkpoint(comment: str, step: int, at: float) -> str:
     """``comment`` with its ``ckpt=STEP@UNIX`` field set (replacing an older one).
 

@@ -178,6 +178,21 @@ def test_writes_hold_pin_release_and_comment(kind: str, slurm: SlurmSandbox) -> 
     assert "Invalid job id" in info.value.stderr
 
 
+@pytest.mark.parametrize("kind", IMPLEMENTATIONS)
+def test_elastic_start_sets_the_node_count_then_pins(kind: str, slurm: SlurmSandbox) -> None:
+    """What the actuator does for an elastic job started on fewer nodes than it asked for."""
+    client = make_client(kind, slurm)
+    job = client.submit(["-J", "elastic", "-N4", "--gres=gpu:8", "-t", "10", "-o", "/dev/null",
+                         "-D", str(slurm.workdir), "--wrap", "sleep 600"])
+    client.hold(job)
+    client.shrink(job, 2)
+    client.pin(job, ["gpu020", "gpu021"])
+    client.release(job)
+    slurm.wait_state(job, "RUNNING")
+    got = client.snapshot().jobs[job]
+    assert (got.nodes, got.node_count, got.gpus_per_node) == (("gpu020", "gpu021"), 2, 8)
+
+
 def _unreachable_conf(slurm: SlurmSandbox, tmp_path: Path) -> str:
     """A copy of the sandbox config pointing at a port nothing listens on."""
     etc = tmp_path / "etc"

@@ -257,6 +257,22 @@ def test_two_gpu_job_fills_the_partly_used_node_where_slurm_alone_would_not(
     assert daemon.decisions(job, "start")[0].reason.value == "BEST_FIT_NODE"
 
 
+def test_elastic_job_starts_on_the_four_nodes_free_instead_of_waiting_for_eight(
+    slurm: SlurmSandbox, daemon: DaemonRun
+) -> None:
+    # Slurm's own jobs without a time limit hold 28 of the 32 nodes: 8 may never be free.
+    busy = _busy(slurm, "gpu[001-028]", 28)
+    slurm.wait_state(busy, "RUNNING")
+    daemon.start()
+    daemon.wait_enforcing()
+    job = daemon.submit("-N", "8", "--gres=gpu:8", "-t", "4", "--elastic", "4:8")
+    assert _running(slurm, job) == [f"gpu{i:03d}" for i in range(29, 33)]
+    assert slurm.job_field(job, "%D") == "4"
+    start = daemon.decisions(job, "start")[0]
+    assert start.reason.value == "ELASTIC_START"
+    assert start.detail.startswith("elastic 4:8: 4 of 8 nodes now (8 never)")
+
+
 def test_backfill_starts_a_short_job_in_a_gap_and_the_head_job_starts_on_time(
     slurm: SlurmSandbox, daemon: DaemonRun
 ) -> None:

@@ -127,3 +127,20 @@ def test_finished_job_is_not_started(tmp_path: Path, store: Store) -> None:
     client.end(7, JobState.CANCELLED)
     daemon.cycle()
     assert client.calls == []
+
+
+def test_elastic_job_started_on_fewer_nodes_gets_its_node_count_set_first(
+    tmp_path: Path, store: Store
+) -> None:
+    # Job 7 asks for 8 nodes, elastic 2:8; only a's 4 nodes are free and b's never free up.
+    nodes = [node(f"a{i}") for i in range(4)] + [node(f"b{i}", alloc=8) for i in range(4)]
+    tag = "slurmopt:managed,elastic=2:8"
+    client = FakeSlurmClient(nodes, [held_job(7, nodes=8, comment=tag)])
+    _daemon(tmp_path, store, client).cycle()
+    calls = [c for c in client.calls if c[1] == 7]
+    assert [c[0] for c in calls][:3] == ["shrink", "pin", "release"]
+    assert calls[0] == ("shrink", 7, 4)
+    assert calls[1][2] == ("a0", "a1", "a2", "a3")
+    with store.begin() as session:
+        record = session.get(ManagedJob, 7)
+        assert record is not None and record.reason == Reason.ELASTIC_START.value

@@ -91,7 +91,8 @@ class FakeSlurmClient:
         raise NotImplementedError
 
     def shrink(self, job_id: int, node_count: int) -> None:
-        raise NotImplementedError
+        self.calls.append(("shrink", job_id, node_count))
+        self.jobs[job_id] = dataclasses.replace(self.jobs[job_id], node_count=node_count)
 
     def submit(self, argv: Sequence[str], script: str | None = None) -> int:
         raise NotImplementedError

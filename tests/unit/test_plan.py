@@ -308,3 +308,59 @@ def test_without_align_ends_the_first_node_of_the_bucket_is_taken() -> None:
     snap, fabric = _two_half_used_nodes(18_000)
     result = plan(snap, fabric, Policy(align_ends=False))  # type: ignore[arg-type]
     assert _starts(result)[1].nodes == ("n0",)
+
+
+# -- elastic jobs -------------------------------------------------------------------------------
+def _elastic_case(frees_in: float | None, free: int = 6) -> tuple[object, object]:
+    """One leaf of 8 nodes, ``free`` idle; the rest end after ``frees_in`` s (None: never known).
+
+    Job 1 asks for 8 nodes, elastic 4:8, with a 3600 s budget at 4 nodes.
+    """
+    from slurmopt.submit.tag import JobTag, format_comment
+
+    nodes, jobs, fabric = busy_leaves({"leafA": free})
+    if frees_in is not None:
+        jobs = [running(j.job_id, j.nodes, ends_in=frees_in) for j in jobs]
+    job = pending(1, nodes=8, comment=format_comment(JobTag(elastic=(4, 8))))
+    return snapshot(nodes, [*jobs, job]), fabric
+
+
+def test_elastic_job_starts_on_the_nodes_free_now_when_all_never_free() -> None:
+    snap, fabric = _elastic_case(None)
+    start = _starts(plan(snap, fabric))[1]  # type: ignore[arg-type]
+    assert start.reason is Reason.ELASTIC_START
+    assert start.nodes == tuple(f"leafAn{i}" for i in range(6))
+    assert start.detail.startswith("elastic 4:8: 6 of 8 nodes now (8 never)")
+
+
+def test_elastic_job_waits_for_all_nodes_when_that_finishes_sooner() -> None:
+    # On 6 nodes: 3600 x 4/6 = 2400 s. All 8 from now+100 s: 100 + 3600 x 4/8 = 1900 s.
+    snap, fabric = _elastic_case(100.0)
+    result = plan(snap, fabric)  # type: ignore[arg-type]
+    assert not result.actions
+    assert result.reservations[0].start_time == NOW + 100
+
+
+def test_elastic_job_starts_smaller_when_all_nodes_free_too_late() -> None:
+    # All 8 from now+1000 s: 1000 + 1800 = 2800 s, later than 2400 s on the 6 free now.
+    snap, fabric = _elastic_case(1000.0)
+    start = _starts(plan(snap, fabric))[1]  # type: ignore[arg-type]
+    assert start.reason is Reason.ELASTIC_START and len(start.nodes) == 6
+    assert "(8 from now+1000 s)" in start.detail
+
+
+def test_elastic_job_never_starts_below_its_minimum_or_with_elastic_off() -> None:
+    snap, fabric = _elastic_case(None, free=3)
+    assert not plan(snap, fabric).actions  # type: ignore[arg-type]
+    snap, fabric = _elastic_case(None)
+    assert not plan(snap, fabric, Policy(elastic=False)).actions  # type: ignore[arg-type]
+
+
+def test_elastic_job_set_smaller_is_still_planned_from_its_maximum() -> None:
+    # Slurm already shows NumNodes=6 (an earlier start was set but not made): all 8 free now.
+    from slurmopt.submit.tag import JobTag, format_comment
+
+    nodes, _, fabric = busy_leaves({"leafA": 8})
+    job = pending(1, nodes=6, comment=format_comment(JobTag(elastic=(4, 8))))
+    start = _starts(plan(snapshot(nodes, [job]), fabric))[1]
+    assert len(start.nodes) == 8 and start.reason is Reason.GANG_FEWEST_LEAVES

@@ -14,6 +14,7 @@ import pytest
 from slurmopt.sim import CommModel, SimResult, read_trace, simulate
 from slurmopt.sim.comm import Stretcher
 from slurmopt.sim.fabrics import parse_fabric_spec
+from slurmopt.sim.traces import TraceError
 
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 OFF = CommModel(enabled=False)
@@ -193,3 +194,32 @@ def test_stranded_floor_counts_only_jobs_smaller_than_a_node(tmp_path: Path) -> 
     m = result.metrics
     assert m["avg_stranded_gpus"] == pytest.approx(7.0)
     assert m["avg_stranded_gpus_floor"] == pytest.approx(7.0)
+
+
+def test_elastic_job_starts_on_the_nodes_free_and_runs_longer(tmp_path: Path) -> None:
+    # Four 8-GPU nodes. Job 1 holds 2 of them for 1000 s (limit 1000). Job 2 asks for 4 nodes,
+    # elastic from 2, run time 300 s on 4 (limit 1200 s: its budget on 2). On the 2 free nodes
+    # it ends at 600 s; waiting for all 4 it would end at 1000 + 300 = 1300 s. So slurmopt
+    # starts it on 2 at once (it runs 300 x 4/2 = 600 s); without elastic starts it waits.
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "submit_s,duration_s,gpus,nodes,time_limit_s,min_nodes\n"
+        "0,1000,16,2,1000,\n"
+        "0,300,32,4,1200,2\n"
+    )
+    fabric = parse_fabric_spec("fat-tree:4:4")
+    result = simulate(read_trace(trace, "csv"), fabric, "slurmopt", bf_interval_s=0)
+    job = result.outcomes[1]
+    assert (job.start, job.end, len(job.nodes)) == (0.0, 600.0, 2)
+    assert result.metrics["elastic_smaller_starts"] == 1
+    rigid = simulate(read_trace(trace, "csv"), fabric, "slurmopt:elastic=off", bf_interval_s=0)
+    assert (rigid.outcomes[1].start, rigid.outcomes[1].end) == (1000.0, 1300.0)
+    base = simulate(read_trace(trace, "csv"), fabric, "slurm-backfill-tree", bf_interval_s=0)
+    assert base.outcomes[1].start == 1000.0 and base.metrics["elastic_smaller_starts"] == 0
+
+
+def test_csv_min_nodes_must_lie_within_the_nodes(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit_s,duration_s,gpus,nodes,min_nodes\n0,10,16,2,3\n")
+    with pytest.raises(TraceError, match="min_nodes 3 must be between 1 and nodes 2"):
+        read_trace(trace, "csv")

@@ -69,3 +69,16 @@ def test_cli_scales_a_synthetic_workload_to_load_one_by_default() -> None:
     assert doc["policies"]["slurmopt"]["finished"] == 60
     assert doc["trace"]["format"] == "synthetic"
     assert doc["load"]["requested"] == 1.0 and doc["load"]["offered"] == pytest.approx(1.0)
+
+
+def test_elastic_share_makes_multi_node_jobs_elastic_from_half_their_nodes() -> None:
+    jobs = read_trace("jobs=300,mix=4:1/32:1,elastic=1,seed=3", "synthetic").jobs
+    wide = [j for j in jobs if j.nodes > 1]
+    assert wide and all(j.min_nodes == j.nodes // 2 for j in wide)
+    # The time limit is the budget on the fewest nodes: at least twice the run time on all.
+    assert all(j.time_limit_s >= 2 * j.duration_s for j in wide)
+    assert all(j.min_nodes is None for j in jobs if j.nodes == 1)
+    rigid = read_trace("jobs=300,mix=4:1/32:1,seed=3", "synthetic").jobs
+    assert all(j.min_nodes is None for j in rigid)
+    with pytest.raises(TraceError, match="0 <= elastic <= 1"):
+        read_trace("jobs=10,elastic=2", "synthetic")
