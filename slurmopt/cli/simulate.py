@@ -149,6 +149,12 @@ def _check_policies(
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG plot.")
 @click.option("--load", type=float, help="Scale inter-arrival times so offered load is this.")
 @click.option("--limit-jobs", type=click.IntRange(min=1), help="Only the first N jobs by submit.")
+@click.option(
+    "--skip-jobs",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Drop the first N jobs by submit first (a later window, with --limit-jobs).",
+)
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option(
     "--penalty",
@@ -200,6 +206,7 @@ def simulate_cmd(
     plot: Path | None,
     load: float | None,
     limit_jobs: int | None,
+    skip_jobs: int,
     gpus_per_node: int,
     penalty: str,
     comm_shares: str | None,
@@ -232,7 +239,7 @@ def simulate_cmd(
         raise UsageError("--node-list needs --mode fill")
     fabric_spec = fabric_spec or DEFAULT_FABRIC
     fabric = parse_fabric_spec(fabric_spec)
-    trace = read_trace(trace_path, trace_format, gpus_per_node, limit_jobs)
+    trace = read_trace(trace_path, trace_format, gpus_per_node, limit_jobs, skip_jobs)
     if not trace.jobs:
         raise UsageError(f"{trace_path}: no GPU jobs to simulate")
     total_gpus = len(fabric.compute_nodes) * gpus_per_node

@@ -140,6 +140,10 @@ class SimResult:
             "gpu_allocation_ratio_when_queued": _round(
                 allocated_queued_integral / (total_gpus * queued_time) if queued_time else None, 4
             ),
+            "queued_time_share": _round(queued_time / span if span else None, 4),
+            "idle_gpu_h_when_queued": _round(
+                (total_gpus * queued_time - allocated_queued_integral) / 3600
+            ),
             "avg_stranded_gpus": _round(stranded_integral / span if span else None),
             "avg_stranded_gpus_when_queued": _round(
                 stranded_queued_integral / queued_time if queued_time else None
@@ -157,6 +161,9 @@ class SimResult:
             "elastic_smaller_starts": sum(o.scale > 1 for o in done),
             "multinode_jobs": len(multi),
             "avg_wait_multinode_s": _round(_mean(multi_wait)),
+            "avg_jct_multinode_s": _round(
+                _mean([o.end - o.job.submit_s for o in multi if o.end is not None])
+            ),
             "avg_leaves_spanned_multinode": _round(_mean([float(o.leaves) for o in multi]), 3),
             "avg_stretch_multinode": _round(_mean([o.stretch for o in multi]), 4),
             "makespan_s": round(last - first, 1),

@@ -548,8 +548,14 @@ def read_trace(
     fmt: str,
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
     limit_jobs: int | None = None,
+    skip_jobs: int = 0,
 ) -> Trace:
-    """Read ``path`` as ``fmt`` (see :data:`FORMATS`); keep the first ``limit_jobs`` by submit."""
+    """Read ``path`` as ``fmt`` (see :data:`FORMATS`).
+
+    Of the jobs sorted by submit time, the first ``skip_jobs`` are dropped and
+    the next ``limit_jobs`` kept (all when None): a window of the trace, its
+    clock starting at its first submit.
+    """
     name = str(path)
     reader = _READERS.get(fmt)
     if reader is None:
@@ -565,6 +571,9 @@ def read_trace(
             continue
         kept.append(raw)
     kept.sort(key=lambda r: r.submit_s)  # stable: ties keep file order
+    if skip_jobs > 0:
+        tally.notes.append(f"the first {skip_jobs} jobs by submit skipped (a later window)")
+        kept = kept[skip_jobs:]
     if limit_jobs is not None:
         kept = kept[: max(limit_jobs, 0)]
     origin = kept[0].submit_s if kept else 0.0

@@ -73,6 +73,8 @@ def test_replay_compare_and_render_on_a_fixture() -> None:
                     "label": "tiny",
                     "file": "tiresias.csv",
                     "limit_jobs": None,
+                    "window": "whole file",
+                    "trace": "tiny",
                     "jobs": len(trace.jobs),
                     "multinode": 1,
                     "demand": 1.0,
@@ -96,6 +98,29 @@ def test_replay_compare_and_render_on_a_fixture() -> None:
     assert "| tiny | 0.01 | `slurmopt:runtime=oracle` |" in text
     assert "- `slurmopt:runtime=oracle` (true run times" in text
     assert "| 1.2 | `slurmopt` |" in text and "## Preemption (synthetic workload)" in text
+    assert "### Over each trace's windows" in text and "| tiny | 0.01 | 1 |" in text
+
+
+def test_across_windows_takes_the_geometric_mean_and_counts_the_windows_met() -> None:
+    traces = [{"label": "t", "trace": "t"}, {"label": "t #2", "trace": "t"}]
+    base = {m: None for m in bench.METRICS}
+    comparison = [
+        {"label": "t", "load": 1.0, "ratios": {**base, "avg_jct_s": 0.5}},
+        {"label": "t #2", "load": 1.0, "ratios": {**base, "avg_jct_s": 2.0}},
+        {"label": "t", "load": 1.2, "ratios": {**base, "avg_jct_s": 0.9}},
+    ]
+    rows = bench.across_windows(comparison, traces)
+    assert [(r["trace"], r["load"], r["windows"]) for r in rows] == [("t", 1.0, 2), ("t", 1.2, 1)]
+    mean, met, n = rows[0]["cells"]["avg_jct_s"]
+    assert mean == pytest.approx(1.0) and (met, n) == (1, 2)
+    assert rows[0]["cells"]["avg_stranded_gpus"] == (None, 0, 0)
+
+
+def test_later_windows_are_labelled_and_skip_the_jobs_before_them() -> None:
+    specs = bench._windows("tr", "csv", "tr.csv", 100, (0, 300))
+    got = [(s.label, s.skip_jobs, s.trace) for s in specs]
+    assert got == [("tr", 0, "tr"), ("tr #4", 300, "tr")]
+    assert specs[1].window_text(100) == "jobs 301-400 by submit"
 
 
 def test_ratio_targets() -> None:
@@ -160,3 +185,22 @@ def test_stranded_shortfall_names_the_packing_floor_when_the_target_is_under_it(
     assert "at least 2.40" in why
     ours["avg_stranded_gpus_floor"] = 1.5  # reachable: the floor is no excuse
     assert not bench.shortfall_reason("avg_stranded_gpus", ours, base).startswith("below")
+
+
+def test_multinode_wait_within_half_a_percent_is_named_a_tie() -> None:
+    base = {"avg_wait_multinode_s": 1000.0, "multinode_jobs": 5, "p95_queue_delay_s": 900}
+    ours = {"avg_wait_multinode_s": 1001.0, "multinode_jobs": 5, "p95_queue_delay_s": 600}
+    assert bench.shortfall_reason("avg_wait_multinode_s", ours, base).startswith("a tie")
+    ours["avg_wait_multinode_s"] = 1100.0
+    assert not bench.shortfall_reason("avg_wait_multinode_s", ours, base).startswith("a tie")
+
+
+def test_longer_multinode_wait_with_sooner_completion_is_named() -> None:
+    base = {"avg_wait_multinode_s": 1000.0, "avg_jct_multinode_s": 9000.0, "multinode_jobs": 5,
+            "p95_queue_delay_s": 900}  # fmt: skip
+    ours = {"avg_wait_multinode_s": 1500.0, "avg_jct_multinode_s": 8100.0, "multinode_jobs": 5,
+            "p95_queue_delay_s": 600}  # fmt: skip
+    why = bench.shortfall_reason("avg_wait_multinode_s", ours, base)
+    assert why.endswith("(their mean completion time x0.900)")
+    ours["avg_jct_multinode_s"] = 9900.0
+    assert "finish sooner" not in bench.shortfall_reason("avg_wait_multinode_s", ours, base)

@@ -223,3 +223,11 @@ def test_csv_min_nodes_must_lie_within_the_nodes(tmp_path: Path) -> None:
     trace.write_text("submit_s,duration_s,gpus,nodes,min_nodes\n0,10,16,2,3\n")
     with pytest.raises(TraceError, match="min_nodes 3 must be between 1 and nodes 2"):
         read_trace(trace, "csv")
+
+
+def test_skip_jobs_reads_a_later_window_from_its_own_first_submit(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit_s,duration_s,gpus\n0,10,1\n5,20,2\n9,30,4\n12,40,8\n")
+    window = read_trace(trace, "csv", limit_jobs=2, skip_jobs=1)
+    got = [(j.job_id, j.submit_s, j.duration_s, j.gpus) for j in window.jobs]
+    assert got == [(1, 0.0, 20.0, 2), (2, 4.0, 30.0, 4)]
