@@ -30,6 +30,7 @@ import argparse
 import csv
 import datetime
 import functools
+import json
 import math
 import os
 import platform
@@ -360,7 +361,7 @@ def shortfall_reason(metric: str, ours: Mapping[str, Any], base: Mapping[str, An
                 f"gangs wait longer for compact placements but finish sooner (their mean "
                 f"completion time x{done:.3f})"
             )
-        if metric == "avg_wait_multinode_s" and ours.get("avg_leaves_spanned_multinode", 0) < (
+        if metric == "avg_wait_multinode_s" and (ours.get("avg_leaves_spanned_multinode") or 0) < (
             base.get("avg_leaves_spanned_multinode") or 0
         ):
             return "gangs wait for one leaf instead of spreading (fewer leaves spanned)"
@@ -383,7 +384,7 @@ def shortfall_reason(metric: str, ours: Mapping[str, Any], base: Mapping[str, An
                 f"while jobs wait slurmopt strands {queued:.2f}x; the rest is free GPUs on "
                 "partly used nodes with nobody waiting for them"
             )
-        if ours.get("avg_leaves_spanned_multinode", 0) < (
+        if (ours.get("avg_leaves_spanned_multinode") or 0) < (
             base.get("avg_leaves_spanned_multinode") or 0
         ):
             return (
@@ -832,7 +833,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--limit-scale", type=float, default=1.0, help="multiply every window by this"
     )
     parser.add_argument("--no-fill", action="store_true", help="skip the openb fill runs")
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="only write benchmarks.md again from a run's policies.json",
+    )
     args = parser.parse_args(argv)
+    if args.render is not None:
+        _write_doc(args.out, json.loads(args.render.read_text()))
+        return
     root = args.traces.resolve()
     needed = [t.relpath for t in TRACES]
     if not args.no_fill:
@@ -1008,7 +1018,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "plot": plot_doc,
         "fill": fill_doc,
     }
-    target = args.out / "benchmarks.md"
+    results = plots / "policies.json"
+    results.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    print(f"wrote {results}")
+    _write_doc(args.out, doc)
+
+
+def _write_doc(out: Path, doc: Mapping[str, Any]) -> None:
+    target = out / "benchmarks.md"
     target.write_text(render(doc))
     print(f"wrote {target} ({doc['wall_s']:.0f} s)")
     for c in doc["comparison"]:

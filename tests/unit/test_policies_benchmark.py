@@ -204,3 +204,13 @@ def test_longer_multinode_wait_with_sooner_completion_is_named() -> None:
     assert why.endswith("(their mean completion time x0.900)")
     ours["avg_jct_multinode_s"] = 9900.0
     assert "finish sooner" not in bench.shortfall_reason("avg_wait_multinode_s", ours, base)
+
+
+def test_stranded_shortfall_in_a_window_without_multinode_jobs() -> None:
+    base = {"avg_stranded_gpus": 4.0, "avg_leaves_spanned_multinode": None,
+            "p95_queue_delay_s": 900}  # fmt: skip
+    ours = {"avg_stranded_gpus": 3.0, "avg_leaves_spanned_multinode": None,
+            "p95_queue_delay_s": 600}  # fmt: skip
+    assert bench.shortfall_reason("avg_stranded_gpus", ours, base) == (
+        "no single cause visible in these figures"
+    )
