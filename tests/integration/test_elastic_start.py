@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from slurmopt.elastic.tiny_train import reference_losses
-from tests.integration.test_daemon import CLI, DaemonRun, _wait
+from tests.integration.test_daemon import CLI, DaemonRun, _wait, daemon  # noqa: F401
 from tests.sandbox import SlurmSandbox, free_port
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch]
@@ -28,20 +27,11 @@ TRAIN = Path(__file__).resolve().parents[2] / "slurmopt" / "elastic" / "tiny_tra
 STEPS = 40
 
 
-@pytest.fixture
-def daemon(slurm: SlurmSandbox, tmp_path: Path) -> Iterator[DaemonRun]:
-    run = DaemonRun(slurm, tmp_path)
-    run.start()
-    try:
-        run.wait_enforcing()
-        yield run
-    finally:
-        run.stop()
-
-
 def test_elastic_torchrun_job_starts_on_one_node_and_trains(
-    slurm: SlurmSandbox, daemon: DaemonRun, tmp_path: Path
+    slurm: SlurmSandbox, daemon: DaemonRun, tmp_path: Path  # noqa: F811 (the fixture)
 ) -> None:
+    daemon.start()
+    daemon.wait_enforcing()
     busy = slurm.sbatch("-N", "31", "-w", "gpu[001-031]", "--gres=gpu:8", wrap="sleep 600")
     slurm.wait_state(busy, "RUNNING")
     work = tmp_path / "job"
@@ -76,4 +66,5 @@ def test_elastic_torchrun_job_starts_on_one_node_and_trains(
     )
     expected = reference_losses(STEPS)
     for record in records:
-        assert record["loss"] == pytest.approx(expected[int(record["step"]) - 1], rel=1e-4, abs=1e-7)
+        want = expected[int(record["step"]) - 1]
+        assert record["loss"] == pytest.approx(want, rel=1e-4, abs=1e-7)
