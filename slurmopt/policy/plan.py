@@ -151,10 +151,10 @@ class Policy:
     when one leaf frees up only later than this share of the job's time
     limit from now, the gang starts now on the fewest leaves instead (None:
     wait however long it takes).
-    ``align_ends``: among partly used nodes equally good for FGD, a
-    single-node job goes where the jobs already running end closest to its
-    own time limit, so that the node empties at once rather than leaving a
-    few free GPUs stranded while one job runs on.
+    ``align_ends``: when FGD picks a partly used node for a single-node job,
+    the job goes instead to the partly used node it fits on whose running
+    jobs end closest to its own time limit, so that nodes empty at once
+    rather than leaving a few free GPUs stranded while one job runs on.
     ``elastic``: a job tagged ``elastic=MIN:MAX`` that cannot start on MAX
     nodes now starts on the most nodes between MIN and MAX that are free
     now, when it would finish sooner that way than by waiting for MAX (its
@@ -1012,11 +1012,14 @@ class _Planner:
         gpus = job.gpus_per_node
         rise = fgd_increase(pool.histogram, self.shapes, gpus)
         blocked = False
-        for f in sorted(rise, key=lambda f: (rise[f], f - gpus)):
+        order = sorted(rise, key=lambda f: (rise[f], f - gpus))
+        for i, f in enumerate(order):
             name, held_back = self._first_in_bucket(pool, f, job, constraint, end)
             blocked = blocked or held_back
             if name is None:
                 continue
+            if self.policy.align_ends:
+                name, f = self._aligned_across(order[i + 1 :], pool, job, constraint, end, name, f)
             node = self.snapshot.nodes[name]
             need = self._need(job, node)
             self._take_now(name, need, end)
@@ -1037,6 +1040,38 @@ class _Planner:
             Reason.WAITS_FOR_RESOURCES,
             f"needs {gpus} free GPUs on one node matching its constraints",
         )
+
+    def _aligned_across(
+        self,
+        buckets: Sequence[int],
+        pool: _Pool,
+        job: Job,
+        constraint: Constraint,
+        end: float,
+        name: str,
+        free: int,
+    ) -> tuple[str, int]:
+        """Of the partly used nodes the job may take, the one whose jobs end nearest ``end``.
+
+        ``name`` (with ``free`` free GPUs) is FGD's choice; when it is a partly
+        used node, the aligned node of each other bucket competes with it on
+        the end gap alone.  Best fit strands little at the start, but nodes
+        whose jobs end far apart strand the rest while the last one runs on;
+        over a replay that costs more than the fit saves.  An idle choice
+        stays: there is no end to match.
+        """
+        gap = self._end_gap(name, end)
+        if gap is None:
+            return name, free
+        best = (gap, name, free)
+        for other_free in buckets:
+            other, _ = self._first_in_bucket(pool, other_free, job, constraint, end)
+            if other is None:
+                continue
+            other_gap = self._end_gap(other, end)
+            if other_gap is not None and other_gap < best[0]:
+                best = (other_gap, other, other_free)
+        return best[1], best[2]
 
     def _first_in_bucket(
         self, pool: _Pool, free: int, job: Job, constraint: Constraint, end: float

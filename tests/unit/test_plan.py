@@ -310,6 +310,22 @@ def test_without_align_ends_the_first_node_of_the_bucket_is_taken() -> None:
     assert _starts(result)[1].nodes == ("n0",)
 
 
+def test_aligned_node_may_fit_less_well_than_the_best_fit() -> None:
+    # n1 (2 free) is the exact fit for a 2-GPU job, but its job runs 20000 s; n0 (4 free)
+    # empties after 1000 s. A 1200 s job goes to n0 so that both of n0's jobs end together.
+    nodes = [gpu_node("n0", alloc=4), gpu_node("n1", alloc=6), gpu_node("n2")]
+    jobs = [
+        running(901, ["n0"], gpus=4, ends_in=1000.0),
+        running(902, ["n1"], gpus=6, ends_in=20_000.0),
+    ]
+    fabric = leaf_fabric({"leaf": ["n0", "n1", "n2"]})
+    for limit, expected in ((1200, "n0"), (18_000, "n1")):
+        snap = snapshot(nodes, [*jobs, pending(1, gpus=2, time_limit_s=limit)])
+        assert _starts(plan(snap, fabric))[1].nodes == (expected,)
+    snap = snapshot(nodes, [*jobs, pending(1, gpus=2, time_limit_s=1200)])
+    assert _starts(plan(snap, fabric, Policy(align_ends=False)))[1].nodes == ("n1",)
+
+
 # -- elastic jobs -------------------------------------------------------------------------------
 def _elastic_case(frees_in: float | None, free: int = 6) -> tuple[object, object]:
     """One leaf of 8 nodes, ``free`` idle; the rest end after ``frees_in`` s (None: never known).
