@@ -95,7 +95,7 @@ def test_replay_compare_and_render_on_a_fixture() -> None:
     assert "python benchmarks/policies.py" in text
     levers = bench.lever_rows(rows)
     assert [r["policy"] for r in levers] == ["slurmopt", "slurmopt:runtime=oracle"]
-    assert "| tiny | 0.01 | `slurmopt:runtime=oracle` |" in text
+    assert "| tiny | 0.01 | 1 | `slurmopt:runtime=oracle` |" in text
     assert "- `slurmopt:runtime=oracle` (true run times" in text
     assert "| 1.2 | `slurmopt` |" in text and "## Preemption (synthetic workload)" in text
     assert "### Over each trace's windows" in text and "| tiny | 0.01 | 1 |" in text
