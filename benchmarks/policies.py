@@ -54,7 +54,7 @@ BOUND_POLICIES = ("slurm-backfill-tree", "slurmopt")
 #: Levers measured one at a time (variants of slurmopt, penalty on), beside the default.
 LEVERS = (
     ("slurmopt:compact_wait_share=none", "gangs wait for one leaf however long"),
-    ("slurmopt:compact_wait_share=0", "gangs never wait: fewest leaves free now"),
+    ("slurmopt:compact_wait_share=0.5", "gangs wait for one leaf up to half their time limit"),
     (
         "slurmopt:compact_wait_share=0.1",
         "gangs wait for one leaf at most a tenth of their time limit, about what spreading costs",

@@ -101,7 +101,7 @@ class Config:
     fabric: str = ""
     managed_partitions: tuple[str, ...] = ()
     backfill_depth: int = 100
-    compact_wait_share: float = 0.5
+    compact_wait_share: float = 0.0
     align_ends: bool = True
     elastic_starts: bool = True
     heartbeat_path: str = "/run/slurmopt/heartbeat"

@@ -147,7 +147,9 @@ class Policy:
     (Slurm's ``bf_max_job_test`` plays the same role); jobs past it simply
     wait and may not delay any reservation.  ``require_single_leaf``: a gang
     that fits on one leaf switch waits for one rather than spreading;
-    ``compact_wait_share`` bounds that wait (compare Slurm's ``bf_topopt``):
+    ``compact_wait_share`` bounds that wait (compare Slurm's ``bf_topopt``;
+    0 by default: the gang's reservation is on one leaf, but it starts now
+    on the fewest leaves when it can):
     when one leaf frees up only later than this share of the job's time
     limit from now, the gang starts now on the fewest leaves instead (None:
     wait however long it takes).
@@ -166,7 +168,7 @@ class Policy:
 
     backfill_depth: int = 100
     require_single_leaf: bool = True
-    compact_wait_share: float | None = 0.5
+    compact_wait_share: float | None = 0.0
     align_ends: bool = True
     elastic: bool = True
     partitions: frozenset[str] | None = None

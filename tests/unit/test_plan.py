@@ -19,6 +19,7 @@ from tests.unit.test_plan_helpers import (
 
 EXAMPLE = {"leafA": 3, "leafB": 5, "leafC": 2, "leafD": 6}
 SPREAD = Policy(require_single_leaf=False)
+HALF = Policy(compact_wait_share=0.5)
 
 
 def _starts(result: object) -> dict[int, Start]:
@@ -61,7 +62,7 @@ def _one_leaf_frees_in(ends_in: float | None) -> tuple[object, object]:
 
 def test_seven_node_gang_waits_for_one_leaf_within_the_bound() -> None:
     snap, fabric = _one_leaf_frees_in(600.0)  # 600 s <= 0.5 x 3600 s
-    result = plan(snap, fabric)  # type: ignore[arg-type]
+    result = plan(snap, fabric, HALF)  # type: ignore[arg-type]
     assert not result.actions
     (held,) = result.reservations
     assert held.job_id == 1 and held.start_time == NOW + 600
@@ -71,7 +72,7 @@ def test_seven_node_gang_waits_for_one_leaf_within_the_bound() -> None:
 
 def test_seven_node_gang_spreads_when_one_leaf_frees_too_late() -> None:
     snap, fabric = _one_leaf_frees_in(3000.0)  # 3000 s > 0.5 x 3600 s
-    start = _starts(plan(snap, fabric))[1]  # type: ignore[arg-type]
+    start = _starts(plan(snap, fabric, HALF))[1]  # type: ignore[arg-type]
     assert _leaf_counts(start.nodes) == {"leafB": 5, "leafC": 2}
     assert "one leaf only from now+3000 s, over the 1800 s bound" in start.detail
 

@@ -77,13 +77,16 @@ def test_slurmopt_waits_for_one_leaf_where_slurm_spreads_and_pays_the_comm_penal
     assert job4.end == pytest.approx(20 + 109.0)
     off = _run("two-leaves.csv", "fat-tree:4:2", "slurm-backfill-tree", bf_interval_s=0)
     assert off.outcomes[3].end == pytest.approx(120.0)
-    planned = _run("two-leaves.csv", "fat-tree:4:2", "slurmopt", comm=on)
+    planned = _run("two-leaves.csv", "fat-tree:4:2", "slurmopt:compact_wait_share=0.5", comm=on)
     job4 = planned.outcomes[3]
-    # The planner keeps the gang on one leaf: leaf1 frees at 1000, 980 s away, within half the
-    # job's limit, so it waits for it and runs unstretched.
+    # Allowed to wait half its limit for one leaf, the planner keeps the gang on one leaf: leaf1
+    # frees at 1000, 980 s away, within half the job's limit, so it waits and runs unstretched.
     assert (job4.start, job4.leaves, job4.stretch, job4.end) == (1000.0, 1, 1.0, 1100.0)
     assert planned.metrics["avg_leaves_spanned_multinode"] == 1.0
     assert slurm.metrics["avg_leaves_spanned_multinode"] == 2.0
+    # By default (compact_wait_share 0) a gang that can start now on two leaves does.
+    default = _run("two-leaves.csv", "fat-tree:4:2", "slurmopt", comm=on).outcomes[3]
+    assert (default.start, default.leaves) == (20.0, 2)
 
 
 def test_slurmopt_spreads_a_gang_when_one_leaf_frees_too_late(tmp_path: Path) -> None:
@@ -92,7 +95,8 @@ def test_slurmopt_spreads_a_gang_when_one_leaf_frees_too_late(tmp_path: Path) ->
     rows = (TRACES / "two-leaves.csv").read_text().replace("20,100,16,2000", "20,100,16,200")
     trace = tmp_path / "late.csv"
     trace.write_text(rows)
-    result = simulate(read_trace(trace, "csv"), parse_fabric_spec("fat-tree:4:2"), "slurmopt")
+    policy = "slurmopt:compact_wait_share=0.5"
+    result = simulate(read_trace(trace, "csv"), parse_fabric_spec("fat-tree:4:2"), policy)
     job4 = result.outcomes[3]
     assert (job4.start, job4.leaves) == (20.0, 2)
     assert job4.stretch == pytest.approx(1.09)
