@@ -155,7 +155,9 @@ class Actuator:
         )
         log.info("job %d: pin recorded (%s) -> %s [%s]", job_id, key, nodes, action.reason.value)
         try:
-            if len(action.nodes) != job.node_count:  # an elastic start on fewer nodes
+            if len(action.nodes) != job.node_count:
+                # An elastic start: on fewer nodes than asked, or on all of them again
+                # after an earlier smaller start that never ran.
                 self.client.shrink(job_id, len(action.nodes))
             self.client.pin(job_id, action.nodes)
             self.client.release(job_id)

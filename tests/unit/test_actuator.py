@@ -144,3 +144,15 @@ def test_elastic_job_started_on_fewer_nodes_gets_its_node_count_set_first(
     with store.begin() as session:
         record = session.get(ManagedJob, 7)
         assert record is not None and record.reason == Reason.ELASTIC_START.value
+
+
+def test_elastic_job_set_smaller_earlier_is_set_back_to_all_its_nodes(
+    tmp_path: Path, store: Store
+) -> None:
+    # Slurm shows NumNodes=4 from an earlier smaller start that never ran; all 8 are free now.
+    tag = "slurmopt:managed,elastic=2:8"
+    client = FakeSlurmClient(two_leaves()[0], [held_job(7, nodes=4, comment=tag)])
+    _daemon(tmp_path, store, client).cycle()
+    calls = [c for c in client.calls if c[1] == 7]
+    assert calls[0] == ("shrink", 7, 8)
+    assert len(calls[1][2]) == 8 and calls[2][0] == "release"
