@@ -13,7 +13,7 @@ from dataclasses import replace
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
 from slurmopt.sim.traces import TraceJob
-from slurmopt.submit.tag import JobTag, format_comment, is_preemptible_comment
+from slurmopt.submit.tag import JobTag, elastic_range, format_comment, is_preemptible_comment
 
 PARTITION = "gpu"
 #: A trace's preemptible job carries the tag ``slurmopt submit`` would give it.
@@ -70,9 +70,6 @@ class SimCluster:
         self.preemptible_running = 0
         #: Each submitted job's run time at the best placement (what an oracle would know).
         self.durations: dict[int, float] = {}
-        #: Nodes each job asked for, and the fewest an elastic job runs on.
-        self.asked_nodes: dict[int, int] = {}
-        self.elastic_min: dict[int, int] = {}
         #: Jobs that ended, with their run time, oldest first (for run-time estimates).
         self.ended: list[tuple[Job, float]] = []
 
@@ -120,9 +117,6 @@ class SimCluster:
         )
         self.pending[job.job_id] = pending
         self.durations[job.job_id] = job.duration_s
-        self.asked_nodes[job.job_id] = job.nodes
-        if job.min_nodes is not None:
-            self.elastic_min[job.job_id] = job.min_nodes
         return pending
 
     def start(self, job_id: int, nodes: tuple[str, ...], now: float) -> Job:
@@ -130,7 +124,7 @@ class SimCluster:
         job = self.pending.get(job_id)
         if job is None:
             raise SimulationError(f"job {job_id} is not pending")
-        low = job.node_count if job_id not in self.elastic_min else self.elastic_min[job_id]
+        low = (elastic_range(job.comment) or (job.node_count,))[0]
         if not low <= len(nodes) <= job.node_count or len(set(nodes)) != len(nodes):
             raise SimulationError(f"job {job_id} needs {job.node_count} nodes, got {nodes}")
         for name in nodes:
@@ -160,13 +154,8 @@ class SimCluster:
     def requeue(self, job_id: int) -> Job:
         """A running job checkpointed and requeued: its GPUs come back, it waits again."""
         job = self._stop(job_id)
-        pending = replace(
-            job,
-            state=JobState.PENDING,
-            nodes=(),
-            node_count=self.asked_nodes[job_id],
-            start_time=None,
-        )
+        asked = (elastic_range(job.comment) or (0, job.node_count))[1]  # an elastic job: its MAX
+        pending = replace(job, state=JobState.PENDING, nodes=(), node_count=asked, start_time=None)
         self.pending[job_id] = pending
         return pending
 

@@ -520,9 +520,9 @@ def _synthetic(text: str, path: str, tally: _Tally) -> list[_Raw]:
         at += rng.expovariate(1.0)
         duration = max(60.0, rng.lognormvariate(math.log(median), sigma))
         size = rng.choices(sizes, weights)[0]
-        raw = _Raw(at, round(duration), size, preemptible=rng.random() < share)
-        raw.elastic = rng.random() < elastic
-        out.append(raw)
+        preemptible = rng.random() < share
+        is_elastic = rng.random() < elastic
+        out.append(_Raw(at, round(duration), size, preemptible=preemptible, elastic=is_elastic))
     tally.notes.append(
         f"synthetic workload: {jobs} jobs, seed {seed}, mix {values['mix']}, lognormal run "
         f"time (median {median:g} s, sigma {sigma:g}), {share:.0%} preemptible, "

@@ -129,26 +129,28 @@ def parse_comment(comment: str | None) -> tuple[JobTag | None, str | None]:
 
 
 @functools.lru_cache(maxsize=4096)
-def is_preemptible_comment(comment: str) -> bool:
-    """A well-formed slurmopt tag with ``preemptible`` (cached: asked for every job, every pass)."""
-    if "preemptible" not in comment:
-        return False
+def _well_formed_tag(comment: str) -> JobTag | None:
+    """The comment's tag; None when untagged or malformed (cached: asked every job, every pass)."""
     try:
         tag, _ = parse_comment(comment)
     except TagError:
+        return None
+    return tag
+
+
+def is_preemptible_comment(comment: str) -> bool:
+    """A well-formed slurmopt tag with ``preemptible``."""
+    if "preemptible" not in comment:
         return False
+    tag = _well_formed_tag(comment)
     return tag is not None and tag.preemptible
 
 
-@functools.lru_cache(maxsize=4096)
 def elastic_range(comment: str) -> tuple[int, int] | None:
-    """``(MIN, MAX)`` nodes of a well-formed tag with ``elastic=MIN:MAX``, else None (cached)."""
+    """``(MIN, MAX)`` nodes of a well-formed tag with ``elastic=MIN:MAX``, else None."""
     if "elastic=" not in comment:
         return None
-    try:
-        tag, _ = parse_comment(comment)
-    except TagError:
-        return None
+    tag = _well_formed_tag(comment)
     return None if tag is None else tag.elastic
 
 
