@@ -113,10 +113,13 @@ METRICS = (
     "gpu_allocation_ratio_when_queued",
     "avg_stranded_gpus",
     "avg_stranded_gpus_when_queued",
+    "avg_stranded_gpus_usable_when_queued",
     "avg_wait_multinode_s",
     "avg_jct_multinode_s",
     "avg_leaves_spanned_multinode",
 )
+#: Shown beside the targets in the across-windows table, as geometric means only.
+ACROSS_EXTRA = ("avg_stranded_gpus_usable_when_queued",)
 #: metric -> (comparison, bound): slurmopt/backfill must be <= or >= bound to count as better.
 TARGETS: dict[str, tuple[str, float]] = {
     "avg_jct_s": ("<=", 1.02),
@@ -352,6 +355,39 @@ def meets(metric: str, value: float | None) -> bool | None:
 
 def shortfall_reason(metric: str, ours: Mapping[str, Any], base: Mapping[str, Any]) -> str:
     """A short cause for a missed target, when the figures show one."""
+    if metric == "avg_stranded_gpus":
+        if (base.get("avg_stranded_gpus") or 0) < 1:
+            return "backfill strands under one GPU on average already"
+        target = TARGETS["avg_stranded_gpus"][1] * base["avg_stranded_gpus"]
+        floor = ours.get("avg_stranded_gpus_floor")
+        if floor is not None and floor > target:
+            return (
+                f"below the packing floor: the target is {target:.2f} GPUs, and any packing of "
+                f"the jobs slurmopt runs strands at least {floor:.2f} (it strands "
+                f"{ours.get('avg_stranded_gpus', 0):.2f})"
+            )
+        idle = ours.get("stranded_share_queue_empty")
+        if idle is not None and idle >= 0.5:
+            usable = ratio(
+                ours.get("avg_stranded_gpus_usable_when_queued"),
+                base.get("avg_stranded_gpus_usable_when_queued"),
+            )
+            while_waiting = (
+                ""
+                if usable is None
+                else (
+                    f"; while jobs wait, the stranded GPUs a waiting job could use are "
+                    f"{usable:.2f}x backfill's "
+                    f"({_fmt(ours.get('avg_stranded_gpus_usable_when_queued'))} vs "
+                    f"{_fmt(base.get('avg_stranded_gpus_usable_when_queued'))})"
+                )
+            )
+            return (
+                f"{idle:.0%} of slurmopt's stranded GPU-time "
+                f"({_fmt_share(base.get('stranded_share_queue_empty'))} of backfill's) is with "
+                f"nobody waiting: spare capacity no job is kept from, which only moving running "
+                f"jobs would pack{while_waiting}"
+            )
     if base.get("p95_queue_delay_s") is not None and base["p95_queue_delay_s"] < NO_QUEUE_S:
         return "load too low to queue (backfill's p95 delay under 1 min)"
     if metric in ("avg_wait_multinode_s", "avg_leaves_spanned_multinode"):
@@ -371,16 +407,6 @@ def shortfall_reason(metric: str, ours: Mapping[str, Any], base: Mapping[str, An
         ):
             return "gangs wait for one leaf instead of spreading (fewer leaves spanned)"
     if metric == "avg_stranded_gpus":
-        if (base.get("avg_stranded_gpus") or 0) < 1:
-            return "backfill strands under one GPU on average already"
-        target = TARGETS["avg_stranded_gpus"][1] * base["avg_stranded_gpus"]
-        floor = ours.get("avg_stranded_gpus_floor")
-        if floor is not None and floor > target:
-            return (
-                f"below the packing floor: the target is {target:.2f} GPUs, and any packing of "
-                f"the jobs slurmopt runs strands at least {floor:.2f} (it strands "
-                f"{ours.get('avg_stranded_gpus', 0):.2f})"
-            )
         queued = ratio(
             ours.get("avg_stranded_gpus_when_queued"), base.get("avg_stranded_gpus_when_queued")
         )
@@ -396,14 +422,32 @@ def shortfall_reason(metric: str, ours: Mapping[str, Any], base: Mapping[str, An
                 "consistent with partly used nodes held for one-leaf gang reservations "
                 "(fewer leaves spanned)"
             )
-    if (
-        metric == "gpu_allocation_ratio_when_queued"
-        and base.get("gpu_allocation_ratio_when_queued") is None
-    ):
-        return "no job ever waited under backfill"
+    if metric == "gpu_allocation_ratio_when_queued":
+        if base.get("gpu_allocation_ratio_when_queued") is None:
+            return "no job ever waited under backfill"
+        idle = idle_split(ours, base)
+        tied = ratio(ours.get(metric), base.get(metric))
+        if tied is not None and abs(tied - 1) < TIE:
+            return f"a tie (within {TIE:.1%}){idle}"
+        if idle:
+            return idle.lstrip("; ")
     if ours.get("never_started") or base.get("never_started"):
         return "jobs left pending at the end of the window (overload)"
     return "no single cause visible in these figures"
+
+
+def idle_split(ours: Mapping[str, Any], base: Mapping[str, Any]) -> str:
+    """While jobs wait: idle GPUs under each policy, stranded ones and whole free nodes' ones."""
+    idle_o, idle_b = (m.get("avg_idle_gpus_when_queued") for m in (ours, base))
+    st_o, st_b = (m.get("avg_stranded_gpus_when_queued") for m in (ours, base))
+    if None in (idle_o, idle_b, st_o, st_b):
+        return ""
+    return (
+        f"; while jobs wait slurmopt leaves {_fmt(idle_o)} GPUs idle against {_fmt(idle_b)}: "
+        f"{_fmt(st_o)} vs {_fmt(st_b)} stranded on partly used nodes, "
+        f"{_fmt(idle_o - st_o)} vs {_fmt(idle_b - st_b)} on whole free nodes (kept for a "
+        f"reservation, or too few for the jobs that wait)"
+    )
 
 
 def by_case(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, float, bool, str], Any]:
@@ -444,7 +488,7 @@ def across_windows(
     out = []
     for (trace, load), rows in groups.items():
         cells: dict[str, tuple[float | None, int, int]] = {}
-        for m in TARGETS:
+        for m in (*TARGETS, *ACROSS_EXTRA):
             values = [r["ratios"][m] for r in rows if r["ratios"].get(m) is not None]
             cells[m] = (_geomean(values), sum(bool(meets(m, v)) for v in values), len(values))
         out.append({"trace": trace, "load": load, "windows": len(rows), "cells": cells})
@@ -452,7 +496,7 @@ def across_windows(
 
 
 def _across_table(summary: Sequence[Mapping[str, Any]]) -> list[str]:
-    metrics = list(TARGETS)
+    metrics = [*TARGETS, *ACROSS_EXTRA]
     lines = [
         "| trace | load | windows | " + " | ".join(f"`{m}`" for m in metrics) + " |",
         "|" + "---|" * (len(metrics) + 3),
@@ -460,12 +504,19 @@ def _across_table(summary: Sequence[Mapping[str, Any]]) -> list[str]:
     for row in summary:
         cells = []
         for m in metrics:
-            mean, met, n = row["cells"][m]
-            cells.append("-" if not n else f"{_fmt(mean)} ({met}/{n})")
+            mean, met, n = row["cells"].get(m, (None, 0, 0))
+            if not n:
+                cells.append("-")
+            else:
+                cells.append(f"{_fmt(mean)} ({met}/{n})" if m in TARGETS else _fmt(mean))
         lines.append(
             f"| {row['trace']} | {row['load']:g} | {row['windows']} | " + " | ".join(cells) + " |"
         )
     return lines
+
+
+def _fmt_share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -609,12 +660,14 @@ def lever_summary(levers: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _floor_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Stranded GPUs beside the packing floor, penalty on: what placement could still remove."""
+    """Stranded GPUs beside the packing floor, and when they are stranded, penalty on."""
     index = by_case(rows)
     lines = [
         "| trace | load | backfill: stranded | its floor | slurmopt: stranded | its floor | "
-        "target (half of backfill's) | target above slurmopt's floor |",
-        "|---|---|---|---|---|---|---|---|",
+        "target (half of backfill's) | target above slurmopt's floor | "
+        "stranded GPU-time with nobody waiting: backfill / slurmopt | "
+        "while jobs wait, stranded GPUs a waiting job could use: backfill / slurmopt |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     cases = [(label, load) for label, load, on, policy in index if on and policy == "slurmopt"]
     for label, load in cases:
@@ -625,10 +678,14 @@ def _floor_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         target = TARGETS["avg_stranded_gpus"][1] * base["avg_stranded_gpus"]
         floor = ours.get("avg_stranded_gpus_floor")
         reachable = "-" if floor is None else ("yes" if target >= floor else "no")
+        usable = "avg_stranded_gpus_usable_when_queued"
         lines.append(
             f"| {label} | {load:g} | {_fmt(base['avg_stranded_gpus'])} | "
             f"{_fmt(base.get('avg_stranded_gpus_floor'))} | {_fmt(ours.get('avg_stranded_gpus'))} "
-            f"| {_fmt(floor)} | {_fmt(target)} | {reachable} |"
+            f"| {_fmt(floor)} | {_fmt(target)} | {reachable} | "
+            f"{_fmt_share(base.get('stranded_share_queue_empty'))} / "
+            f"{_fmt_share(ours.get('stranded_share_queue_empty'))} | "
+            f"{_fmt(base.get(usable))} / {_fmt(ours.get(usable))} |"
         )
     return lines
 
@@ -722,13 +779,22 @@ def render(doc: Mapping[str, Any]) -> str:
         "",
         *_across_table(across_windows(doc["comparison"], doc["traces"])),
         "",
-        "### Stranded GPUs and the packing floor",
+        "### Stranded GPUs: the packing floor, and when they are stranded",
         "",
         "The floor (`avg_stranded_gpus_floor`, docs/simulator.md) is what a perfect repacking "
         "of the jobs running at each instant would strand: jobs smaller than a node need whole "
         "nodes between them, so `-S mod 8` GPUs stay free beside `S` GPUs of such jobs. No "
         "placement gets below it without changing which jobs run (elastic jobs growing into the "
         "gaps, migration). Where the target is under slurmopt's floor, only that could meet it.",
+        "",
+        "The last two columns say when the GPUs are stranded. With nobody waiting "
+        "(`stranded_share_queue_empty`) a stranded GPU is spare capacity no job is kept from; "
+        "placement fills such gaps with the jobs that arrive, and the rest only moving a running "
+        "job could pack. "
+        "While jobs wait, `avg_stranded_gpus_usable_when_queued` counts the stranded GPUs on "
+        "nodes with room for the smallest per-node ask of a waiting job: capacity a waiting job "
+        "could use by size but does not get (a reservation holds the node, or the job needs "
+        "more nodes); the other stranded GPUs are too few on their node for any job that waits.",
         "",
         *_floor_table(doc["rows"]),
         "",
@@ -861,7 +927,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.render is not None:
-        _write_doc(args.out, json.loads(args.render.read_text()))
+        doc = json.loads(args.render.read_text())
+        # Ratios and their causes are derived from the runs: derive them again, so the page
+        # says what the current rules make of the same figures.
+        doc["comparison"] = compare(doc["rows"], penalty=True)
+        doc["comparison_off"] = compare(doc["rows"], penalty=False)
+        _write_doc(args.out, doc)
         return
     root = args.traces.resolve()
     needed = [t.relpath for t in TRACES]

@@ -65,6 +65,8 @@ class SimCluster:
         }
         self.partition = Partition(PARTITION, self.node_names, default=True)
         self.pending: dict[int, Job] = {}
+        #: Waiting jobs by GPUs asked per node, for :attr:`stranded_usable`.
+        self.pending_sizes: Counter[int] = Counter()
         self.running: dict[int, Job] = {}
         #: Running jobs tagged preemptible (the engine asks on every arrival).
         self.preemptible_running = 0
@@ -98,6 +100,21 @@ class SimCluster:
         """
         return -self.sub_node_gpus % self.gpus_per_node
 
+    @property
+    def stranded_usable(self) -> int:
+        """Stranded GPUs on nodes with room for the smallest per-node ask of any waiting job.
+
+        The rest of the stranded GPUs are too few on their node for every job
+        that waits; these are the ones a waiting job could take by size, yet
+        it waits (a reservation holds the node, or the job needs more nodes).
+        0 with nobody waiting.
+        """
+        if not self.pending_sizes:
+            return 0
+        smallest = min(self.pending_sizes)
+        total = self.gpus_per_node
+        return sum(f * n for f, n in self.histogram.items() if smallest <= f < total)
+
     def nodes_with_free(self, gpus: int) -> int:
         """How many nodes have at least ``gpus`` free."""
         return sum(count for free, count in self.histogram.items() if free >= gpus)
@@ -116,6 +133,7 @@ class SimCluster:
             comment=_comment(job),
         )
         self.pending[job.job_id] = pending
+        self.pending_sizes[pending.gpus_per_node] += 1
         self.durations[job.job_id] = job.duration_s
         return pending
 
@@ -138,6 +156,9 @@ class SimCluster:
         if job.gpus_per_node < self.gpus_per_node:
             self.sub_node_gpus += job.gpus_per_node * len(nodes)
         del self.pending[job_id]
+        self.pending_sizes[job.gpus_per_node] -= 1
+        if not self.pending_sizes[job.gpus_per_node]:
+            del self.pending_sizes[job.gpus_per_node]
         running = replace(
             job, state=JobState.RUNNING, nodes=nodes, node_count=len(nodes), start_time=now
         )
@@ -157,6 +178,7 @@ class SimCluster:
         asked = (elastic_range(job.comment) or (0, job.node_count))[1]  # an elastic job: its MAX
         pending = replace(job, state=JobState.PENDING, nodes=(), node_count=asked, start_time=None)
         self.pending[job_id] = pending
+        self.pending_sizes[pending.gpus_per_node] += 1
         return pending
 
     def _stop(self, job_id: int) -> Job:

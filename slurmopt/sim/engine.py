@@ -52,6 +52,7 @@ class _Clock:
     queued_time: float = 0.0
     allocated_queued: float = 0.0
     stranded_queued: float = 0.0
+    stranded_usable_queued: float = 0.0
     stranded_floor: float = 0.0
     stranded_floor_queued: float = 0.0
     span: float = 0.0
@@ -261,6 +262,7 @@ class Simulation:
             queued_time=clock.queued_time,
             allocated_queued_integral=clock.allocated_queued,
             stranded_queued_integral=clock.stranded_queued,
+            stranded_usable_queued_integral=clock.stranded_usable_queued,
             stranded_floor_integral=clock.stranded_floor,
             stranded_floor_queued_integral=clock.stranded_floor_queued,
             span=clock.span,
@@ -299,6 +301,8 @@ class Simulation:
             clock.queued_time += dt
             clock.allocated_queued += cluster.allocated * dt
             clock.stranded_queued += cluster.stranded * dt
+            if cluster.stranded:
+                clock.stranded_usable_queued += cluster.stranded_usable * dt
         if cluster.histogram and clock.fgd_now is not None:
             clock.fgd += clock.fgd_now * dt
             clock.fgd_time += dt

@@ -10,6 +10,11 @@ Definitions (``docs/simulator.md`` has the table):
 * stranded GPUs: free GPUs on partly used nodes, time-weighted; and the same
   only over the time some job was waiting (``..._when_queued``): with an
   empty queue a free GPU is spare capacity, while jobs wait it is lost;
+* where stranded GPUs sit: the share of stranded GPU-time with nobody
+  waiting (``stranded_share_queue_empty``), and, while jobs wait, the
+  stranded GPUs on nodes with room for the smallest per-node ask of a
+  waiting job (``avg_stranded_gpus_usable_when_queued``): the rest are too
+  few on their node for any job that waits;
 * stranded-GPU floor (``avg_stranded_gpus_floor``): the fewest GPUs any
   packing of the jobs running at each instant could strand (``-S mod G``
   for ``S`` GPUs of jobs smaller than a ``G``-GPU node), time-weighted: how
@@ -102,6 +107,7 @@ class SimResult:
         allocated_queued_integral: float,
         span: float,
         stranded_queued_integral: float = 0.0,
+        stranded_usable_queued_integral: float = 0.0,
         stranded_floor_integral: float = 0.0,
         stranded_floor_queued_integral: float = 0.0,
         samples: Sequence[Sample],
@@ -141,12 +147,24 @@ class SimResult:
                 allocated_queued_integral / (total_gpus * queued_time) if queued_time else None, 4
             ),
             "queued_time_share": _round(queued_time / span if span else None, 4),
+            "avg_idle_gpus_when_queued": _round(
+                total_gpus - allocated_queued_integral / queued_time if queued_time else None
+            ),
             "idle_gpu_h_when_queued": _round(
                 (total_gpus * queued_time - allocated_queued_integral) / 3600
             ),
             "avg_stranded_gpus": _round(stranded_integral / span if span else None),
             "avg_stranded_gpus_when_queued": _round(
                 stranded_queued_integral / queued_time if queued_time else None
+            ),
+            "avg_stranded_gpus_usable_when_queued": _round(
+                stranded_usable_queued_integral / queued_time if queued_time else None
+            ),
+            "stranded_share_queue_empty": _round(
+                (stranded_integral - stranded_queued_integral) / stranded_integral
+                if stranded_integral
+                else None,
+                4,
             ),
             "avg_stranded_gpus_floor": _round(stranded_floor_integral / span if span else None),
             "avg_stranded_gpus_floor_when_queued": _round(

@@ -177,6 +177,44 @@ def test_stranded_shortfall_names_the_idle_time_when_waiting_jobs_lose_less() ->
     )
 
 
+def test_stranded_shortfall_names_the_share_with_nobody_waiting_when_it_dominates() -> None:
+    base = {
+        "avg_stranded_gpus": 4.0,
+        "stranded_share_queue_empty": 0.8,
+        "avg_stranded_gpus_usable_when_queued": 2.0,
+        "p95_queue_delay_s": 900,
+    }
+    ours = {
+        "avg_stranded_gpus": 3.0,
+        "stranded_share_queue_empty": 0.9,
+        "avg_stranded_gpus_usable_when_queued": 0.5,
+        "p95_queue_delay_s": 600,
+    }
+    why = bench.shortfall_reason("avg_stranded_gpus", ours, base)
+    assert why.startswith("90% of slurmopt's stranded GPU-time (80% of backfill's)")
+    assert "0.25x backfill's (0.5 vs 2)" in why
+    ours["stranded_share_queue_empty"] = 0.3  # most stranding is while jobs wait: no excuse
+    assert "nobody waiting" not in bench.shortfall_reason("avg_stranded_gpus", ours, base)
+
+
+def test_allocation_shortfall_splits_the_idle_gpus_and_names_a_tie() -> None:
+    base = {
+        "gpu_allocation_ratio_when_queued": 0.9,
+        "avg_idle_gpus_when_queued": 6.0,
+        "avg_stranded_gpus_when_queued": 3.0,
+        "p95_queue_delay_s": 900,
+    }
+    ours = dict(base, gpu_allocation_ratio_when_queued=0.88, avg_idle_gpus_when_queued=10.0)
+    ours["avg_stranded_gpus_when_queued"] = 2.0
+    why = bench.shortfall_reason("gpu_allocation_ratio_when_queued", ours, base)
+    assert why.startswith("while jobs wait slurmopt leaves 10 GPUs idle against 6")
+    assert "8 vs 3 on whole free nodes" in why
+    ours["gpu_allocation_ratio_when_queued"] = 0.8999
+    assert bench.shortfall_reason("gpu_allocation_ratio_when_queued", ours, base).startswith(
+        "a tie (within 0.5%); while jobs wait"
+    )
+
+
 def test_stranded_shortfall_names_the_packing_floor_when_the_target_is_under_it() -> None:
     base = {"avg_stranded_gpus": 4.0, "avg_stranded_gpus_floor": 2.5, "p95_queue_delay_s": 900}
     ours = {"avg_stranded_gpus": 3.0, "avg_stranded_gpus_floor": 2.4, "p95_queue_delay_s": 600}

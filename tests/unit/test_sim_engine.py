@@ -172,6 +172,32 @@ def test_stranded_gpus_over_the_run_and_while_jobs_wait(tmp_path: Path) -> None:
     assert m["avg_stranded_gpus_when_queued"] == 4.0
 
 
+def test_stranded_gpus_split_by_whether_a_waiting_job_could_use_them(tmp_path: Path) -> None:
+    # One 8-GPU node, FIFO (no backfill), every job submitted at 0: a 6-GPU job, an 8-GPU
+    # job and a 3-GPU job. 0-100: the 6-GPU job runs, 2 GPUs stranded, the others wait and
+    # each asks for more than 2. 100-150: the 8-GPU job, nothing stranded, the 3-GPU job
+    # waits. 150-200: the 3-GPU job, 5 stranded with nobody waiting.
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "submit_s,duration_s,gpus,time_limit_s\n"
+        "0,100,6,100\n0,50,8,50\n0,50,3,50\n"
+    )
+    result = simulate(read_trace(trace, "csv"), parse_fabric_spec("fat-tree:1:1"), "slurm-fifo")
+    m = result.metrics
+    assert m["avg_stranded_gpus"] == pytest.approx((2 * 100 + 5 * 50) / 200)
+    assert m["stranded_share_queue_empty"] == pytest.approx(250 / 450, abs=1e-4)
+    assert m["avg_stranded_gpus_usable_when_queued"] == 0.0
+    assert m["avg_idle_gpus_when_queued"] == pytest.approx(8 - (6 * 100 + 8 * 50) / 150, abs=0.01)
+    # A 1-GPU job in place of the 3-GPU one fits the 2 stranded GPUs it waits beside (0-100).
+    trace.write_text(
+        "submit_s,duration_s,gpus,time_limit_s\n"
+        "0,100,6,100\n0,50,8,50\n0,50,1,50\n"
+    )
+    result = simulate(read_trace(trace, "csv"), parse_fabric_spec("fat-tree:1:1"), "slurm-fifo")
+    m = result.metrics
+    assert m["avg_stranded_gpus_usable_when_queued"] == pytest.approx(2 * 100 / 150, abs=0.01)
+
+
 def test_stranded_floor_is_what_perfect_packing_of_the_running_jobs_leaves(
     tmp_path: Path,
 ) -> None:
