@@ -50,12 +50,9 @@ from slurmopt.policy.plan import Plan
 from slurmopt.policy.preemption import (
     PreemptionChoice,
     PreemptionCost,
-    choose_victims,
+    first_worth_preempting,
     job_gpus,
-    may_pay,
-    smallest_victim_gpus,
     waiting_for_room,
-    worth_preempting,
 )
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.store import (
@@ -372,11 +369,6 @@ class Preempter:
         result: PreemptResult,
     ) -> None:
         expected = waiting_for_room(result_plan)
-        smallest = smallest_victim_gpus(snapshot)
-        if smallest is None:
-            return
-        waiting = sorted(expected, key=lambda j: (-priorities.get(j, 0), j))
-        cost = self.settings.cost
         refused = self._no_ack_victims()
         exclude = frozenset(
             job_id
@@ -384,40 +376,45 @@ class Preempter:
             if (job_id, round(job.submit_time or 0)) in refused
             or (records.get(job_id) is None or records[job_id].state is not S.RUNNING)
         )
-        for job_id in waiting:
-            record = records.get(job_id)
-            if record is None or record.state is not S.WAITING:
-                continue
-            job = snapshot.jobs[job_id]
-            gpus = job.gpus_per_node * max(1, job.node_count)
-            if not may_pay(gpus, expected[job_id], now, cost, smallest):
-                continue  # even the smallest victim would cost more: no search
-            choice = choose_victims(snapshot, fabric, job_id, now, priorities, exclude=exclude)
-            if not choice.victims:
-                continue
-            if not worth_preempting(choice, gpus, expected[job_id], now, cost):
-                log.debug(
-                    "not preempting for job %d: its reservation at %s comes before the "
-                    "checkpoint and restart of %d victim GPU(s) would pay off",
-                    job_id,
-                    expected[job_id],
-                    sum(v.gpus for v in choice.victims),
-                )
-                continue
-            result.chosen = choice
-            log.info(
-                "preempting for job %d: %s [%s] %s",
+        waiting = [
+            (job_id, expected[job_id])
+            for job_id in sorted(expected, key=lambda j: (-priorities.get(j, 0), j))
+            if (record := records.get(job_id)) is not None and record.state is S.WAITING
+        ]
+        declined: list[tuple[int, PreemptionChoice]] = []
+        choice = first_worth_preempting(
+            snapshot,
+            fabric,
+            waiting,
+            now,
+            self.settings.cost,
+            priorities,
+            exclude=exclude,
+            declined=declined,
+        )
+        for job_id, refusal in declined:
+            log.debug(
+                "not preempting for job %d: its reservation at %s comes before the "
+                "checkpoint and restart of %d victim GPU(s) would pay off",
                 job_id,
-                ",".join(str(v.job_id) for v in choice.victims),
-                choice.reason.value,
-                choice.detail,
+                expected[job_id],
+                sum(v.gpus for v in refusal.victims),
             )
-            for victim in choice.victims:
-                row_id = self._record_signal(
-                    records[victim.job_id], job_id, victim.lost_gpu_seconds, now, plan_id
-                )
-                self._signal(row_id, victim.job_id, result)
+        if choice is None:
             return
+        result.chosen = choice
+        log.info(
+            "preempting for job %d: %s [%s] %s",
+            choice.for_job_id,
+            ",".join(str(v.job_id) for v in choice.victims),
+            choice.reason.value,
+            choice.detail,
+        )
+        for victim in choice.victims:
+            row_id = self._record_signal(
+                records[victim.job_id], choice.for_job_id, victim.lost_gpu_seconds, now, plan_id
+            )
+            self._signal(row_id, victim.job_id, result)
 
     def _record_signal(
         self, record: ManagedJob, for_job: int, estimate: float, now: float, plan_id: int | None

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from itertools import combinations
@@ -330,6 +330,56 @@ def smallest_victim_gpus(snapshot: ClusterSnapshot) -> int | None:
     )
 
 
+#: Waiting jobs tried as preemptors in one pass, highest priority first: bounds the searches.
+MAX_PREEMPTORS = 10
+
+
+def first_worth_preempting(
+    snapshot: ClusterSnapshot,
+    fabric: Fabric,
+    waiting: Iterable[tuple[int, float | None]],
+    now: float,
+    cost: PreemptionCost,
+    priorities: Mapping[int, int] | None = None,
+    *,
+    exclude: frozenset[int] = frozenset(),
+    cache: PlannerCache | None = None,
+    declined: list[tuple[int, PreemptionChoice]] | None = None,
+) -> PreemptionChoice | None:
+    """The preemption to start now: for the first waiting job that victims make room for at a gain.
+
+    ``waiting`` is (job id, the start its reservation promises) in the order
+    to try, highest priority first; only the first :data:`MAX_PREEMPTORS`
+    pending ones are tried.  The daemon and the simulator both decide here,
+    so a replay preempts as the daemon would.  Choices that make room but do
+    not pay go to ``declined``, for the caller's log.
+    """
+    smallest = smallest_victim_gpus(snapshot)
+    if smallest is None:
+        return None
+    tried = 0
+    for job_id, expected_start in waiting:
+        job = snapshot.jobs.get(job_id)
+        if job is None or not job.is_pending:
+            continue
+        if tried == MAX_PREEMPTORS:
+            break
+        tried += 1
+        gpus = job.gpus_per_node * max(1, job.node_count)
+        if not may_pay(gpus, expected_start, now, cost, smallest):
+            continue  # even the smallest victim would cost more: no search
+        choice = choose_victims(
+            snapshot, fabric, job_id, now, priorities, exclude=exclude, cache=cache
+        )
+        if not choice.victims:
+            continue
+        if worth_preempting(choice, gpus, expected_start, now, cost):
+            return choice
+        if declined is not None:
+            declined.append((job_id, choice))
+    return None
+
+
 def waiting_for_room(result: Plan) -> dict[int, float | None]:
     """The jobs a plan leaves waiting for room, each with the start its reservation promises.
 
@@ -346,12 +396,14 @@ def waiting_for_room(result: Plan) -> dict[int, float | None]:
 
 __all__ = [
     "MAX_CANDIDATES",
+    "MAX_PREEMPTORS",
     "MAX_VICTIMS",
     "PreemptReason",
     "PreemptionChoice",
     "PreemptionCost",
     "Victim",
     "choose_victims",
+    "first_worth_preempting",
     "is_preemptible",
     "job_gpus",
     "lost_work",

@@ -43,11 +43,8 @@ from slurmopt.policy.plan import PlannerCache, Policy, plan, priority_order
 from slurmopt.policy.preemption import (
     PreemptionChoice,
     PreemptionCost,
-    choose_victims,
-    may_pay,
-    smallest_victim_gpus,
+    first_worth_preempting,
     waiting_for_room,
-    worth_preempting,
 )
 from slurmopt.sim.cluster import SimCluster
 
@@ -81,8 +78,6 @@ class Scheduler(Protocol):
 #: In the simulator a signalled job acknowledges its checkpoint after ``ack_s`` (its GPUs do no
 #: training meanwhile) and a requeued job spends ``restart_s`` reloading when it starts again.
 SIM_PREEMPTION = PreemptionCost(ack_s=60.0, restart_s=120.0)
-#: Waiting jobs the simulated daemon tries to preempt for in one pass, highest priority first.
-PREEMPTOR_CANDIDATES = 10
 
 #: What the planner takes as a job's run time: ``limit`` (the user's time limit, as the daemon
 #: does), ``history`` (estimated from jobs that ended, :class:`HistoryEstimate`) or ``oracle``
@@ -182,31 +177,22 @@ class PlannerScheduler:
     def victims(self, cluster: SimCluster, now: float) -> PreemptionChoice | None:
         """After the pass's starts: whole preemptible gangs to stop for a waiting job, if any.
 
-        The daemon's rule (:func:`slurmopt.policy.preemption.choose_victims`):
-        the highest-priority waiting job that some lower-ranked preemptible
-        jobs would make room for; only the first :data:`PREEMPTOR_CANDIDATES`
-        waiting jobs are tried in one pass.  The engine runs one preemption at
-        a time, as the daemon does.
+        The daemon's own rule,
+        :func:`slurmopt.policy.preemption.first_worth_preempting`: the
+        highest-priority waiting job that some lower-ranked preemptible jobs
+        would make room for at a gain.  The engine runs one preemption at a
+        time, as the daemon does.
         """
         if not self.preempt or not self._waiting or not cluster.preemptible_running:
             return None
-        cost = self.preempt_cost
-        snapshot = cluster.snapshot(now)
-        smallest = smallest_victim_gpus(snapshot)
-        if smallest is None:
-            return None
-        searches = PlannerCache()
-        for job_id, expected_start in self._waiting[:PREEMPTOR_CANDIDATES]:
-            job = snapshot.jobs.get(job_id)
-            if job is None or not job.is_pending:
-                continue
-            gpus = job.gpus_per_node * max(1, job.node_count)
-            if not may_pay(gpus, expected_start, now, cost, smallest):
-                continue  # even the smallest victim would cost more: no search
-            choice = choose_victims(snapshot, self.fabric, job_id, now, cache=searches)
-            if worth_preempting(choice, gpus, expected_start, now, cost):
-                return choice
-        return None
+        return first_worth_preempting(
+            cluster.snapshot(now),
+            self.fabric,
+            self._waiting,
+            now,
+            self.preempt_cost,
+            cache=PlannerCache(),
+        )
 
     def _estimated(
         self, cluster: SimCluster, jobs: Mapping[int, Job], now: float

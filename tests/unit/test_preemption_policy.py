@@ -188,3 +188,41 @@ def test_waiting_for_room_leaves_out_starts_and_jobs_handed_back() -> None:
         now=0.0,
     )
     assert waiting_for_room(result) == {2: 500.0, 3: None}
+
+
+def test_first_worth_preempting_serves_the_first_waiting_job_it_pays_for() -> None:
+    from slurmopt.policy.preemption import (
+        MAX_PREEMPTORS,
+        PreemptionChoice,
+        PreemptionCost,
+        first_worth_preempting,
+    )
+
+    jobs = [
+        job(1, ["a0", "a1", "a2", "a3"], started_ago=1000),
+        job(3, ["b0"], started_ago=1000),
+        job(2, ["b1", "b2", "b3"], comment="slurmopt:managed", started_ago=10),
+        pending(10, nodes=2, comment="slurmopt:managed"),
+        pending(11, nodes=2, comment="slurmopt:managed"),
+    ]
+    snap = snapshot(full_cluster(jobs), jobs)
+    fabric = leaf_fabric(LEAVES)
+    cost = PreemptionCost(ack_s=60, restart_s=120)
+    # Job 10's reservation is due in 200 s: its 16 GPUs gain 16 x 140 s, more than the
+    # smallest victim (job 3, 8 GPUs) would lose (8 x 180 s), so victims are searched; but
+    # only job 1 (32 GPUs, 32 x 180 s) makes room, which does not pay: declined. Job 11 has
+    # no start in sight and gets the preemption.
+    declined: list[tuple[int, PreemptionChoice]] = []
+    choice = first_worth_preempting(
+        snap, fabric, [(10, NOW + 200), (11, None)], NOW, cost, declined=declined
+    )
+    assert choice is not None and choice.for_job_id == 11
+    assert [v.job_id for v in choice.victims] == [1]
+    assert [(j, [v.job_id for v in c.victims]) for j, c in declined] == [(10, [1])]
+    # A job that is not pending, or one past the first MAX_PREEMPTORS pending ones, is not tried.
+    assert first_worth_preempting(snap, fabric, [(1, None)], NOW, cost) is None
+    queue = [(10, NOW + 200)] * MAX_PREEMPTORS + [(11, None)]
+    assert first_worth_preempting(snap, fabric, queue, NOW, cost) is None
+    # Excluded victims are not taken (job 3 alone is not enough room).
+    only_3 = first_worth_preempting(snap, fabric, [(11, None)], NOW, cost, exclude=frozenset({1}))
+    assert only_3 is None
