@@ -74,6 +74,7 @@ def test_table_per_policy_names_the_gang_rule() -> None:
     for policy in ("slurmopt", "slurm-fifo", "slurm-backfill-tree"):
         assert policy in out
     assert "avg leaves spanned, multi-node" in out
+    assert "of those, a waiting job could use" in out  # where stranded GPUs sit
 
 
 def test_bad_trace_is_one_line_and_exit_65(capsys: object) -> None:
