@@ -278,6 +278,13 @@ def run_case(case: Case, series: bool = False) -> dict[str, Any]:
         return out
     result = simulate(scaled, fabric, case.policy, CommModel(case.penalty), GPUS_PER_NODE)
     out["metrics"] = dict(result.metrics)
+    # Each multi-node job's wait, so the comparison can pair the same gang under both policies.
+    if case.policy in BOUND_POLICIES and not case.label.startswith("synthetic"):
+        out["gang_waits"] = {
+            str(o.job.job_id): round(o.start - o.job.submit_s)
+            for o in result.outcomes
+            if o.job.nodes > 1 and o.start is not None
+        }
     if series:
         out["series"] = result.series
     return out
@@ -353,8 +360,16 @@ def meets(metric: str, value: float | None) -> bool | None:
     return {"<=": value <= bound, "<": value < bound, ">": value > bound}[op]
 
 
-def shortfall_reason(metric: str, ours: Mapping[str, Any], base: Mapping[str, Any]) -> str:
-    """A short cause for a missed target, when the figures show one."""
+def shortfall_reason(
+    metric: str,
+    ours: Mapping[str, Any],
+    base: Mapping[str, Any],
+    gang: tuple[str, float, float] | None = None,
+) -> str:
+    """A short cause for a missed target, when the figures show one.
+
+    ``gang`` is :func:`worst_gang` of the two runs, when their per-job waits are known.
+    """
     if metric == "avg_stranded_gpus":
         if (base.get("avg_stranded_gpus") or 0) < 1:
             return "backfill strands under one GPU on average already"
@@ -402,10 +417,15 @@ def shortfall_reason(metric: str, ours: Mapping[str, Any], base: Mapping[str, An
                 f"gangs wait longer for compact placements but finish sooner (their mean "
                 f"completion time x{done:.3f})"
             )
-        if metric == "avg_wait_multinode_s" and (ours.get("avg_leaves_spanned_multinode") or 0) < (
-            base.get("avg_leaves_spanned_multinode") or 0
-        ):
-            return "gangs wait for one leaf instead of spreading (fewer leaves spanned)"
+        if metric == "avg_wait_multinode_s":
+            causes = []
+            if (ours.get("avg_leaves_spanned_multinode") or 0) < (
+                base.get("avg_leaves_spanned_multinode") or 0
+            ):
+                causes.append("gangs wait for one leaf instead of spreading (fewer leaves spanned)")
+            causes.append(_one_gang_carries(ours, base, gang))
+            if any(causes):
+                return "; ".join(c for c in causes if c)
     if metric == "avg_stranded_gpus":
         queued = ratio(
             ours.get("avg_stranded_gpus_when_queued"), base.get("avg_stranded_gpus_when_queued")
@@ -436,6 +456,36 @@ def shortfall_reason(metric: str, ours: Mapping[str, Any], base: Mapping[str, An
     return "no single cause visible in these figures"
 
 
+def worst_gang(
+    ours: Mapping[str, float] | None, base: Mapping[str, float] | None
+) -> tuple[str, float, float] | None:
+    """The multi-node job that waited longest beyond its wait under backfill: (id, ours, base)."""
+    if not ours or not base:
+        return None
+    common = [j for j in ours if j in base]
+    if not common:
+        return None
+    job = max(common, key=lambda j: (ours[j] - base[j], j))
+    return job, ours[job], base[job]
+
+
+def _one_gang_carries(
+    ours: Mapping[str, Any], base: Mapping[str, Any], gang: tuple[str, float, float] | None
+) -> str:
+    """Whether one gang's extra wait makes most of the difference in the mean gang wait."""
+    n = base.get("multinode_jobs") or 0
+    mean_o, mean_b = ours.get("avg_wait_multinode_s"), base.get("avg_wait_multinode_s")
+    if gang is None or not n or mean_o is None or mean_b is None or mean_o <= mean_b:
+        return ""
+    job, wait_o, wait_b = gang
+    if wait_o - wait_b < 0.5 * n * (mean_o - mean_b):
+        return ""
+    return (
+        f"one gang makes most of the difference: job {job} waited {_fmt(wait_o)} s against "
+        f"{_fmt(wait_b)} s under backfill ({n} multi-node jobs)"
+    )
+
+
 def idle_split(ours: Mapping[str, Any], base: Mapping[str, Any]) -> str:
     """While jobs wait: idle GPUs under each policy, stranded ones and whole free nodes' ones."""
     idle_o, idle_b = (m.get("avg_idle_gpus_when_queued") for m in (ours, base))
@@ -458,6 +508,7 @@ def by_case(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, float, bool, s
 def compare(rows: Sequence[Mapping[str, Any]], penalty: bool = True) -> list[dict[str, Any]]:
     """Per (trace, load): slurmopt / slurm-backfill-tree for every metric, and what fell short."""
     index = by_case(rows)
+    waits = {(r["label"], r["load"], r["penalty"], r["policy"]): r.get("gang_waits") for r in rows}
     out = []
     keys = sorted({(r["label"], r["load"]) for r in rows if r["penalty"] == penalty})
     order = {label: i for i, label in enumerate(dict.fromkeys(r["label"] for r in rows))}
@@ -467,8 +518,14 @@ def compare(rows: Sequence[Mapping[str, Any]], penalty: bool = True) -> list[dic
         if not ours or not base:
             continue
         ratios = {m: ratio(ours.get(m), base.get(m)) for m in METRICS}
+        gang = worst_gang(
+            waits.get((label, load, penalty, "slurmopt")),
+            waits.get((label, load, penalty, "slurm-backfill-tree")),
+        )
         missed = {
-            m: shortfall_reason(m, ours, base) for m in TARGETS if meets(m, ratios[m]) is False
+            m: shortfall_reason(m, ours, base, gang)
+            for m in TARGETS
+            if meets(m, ratios[m]) is False
         }
         if not base.get("multinode_jobs"):
             missed["multi-node metrics"] = "n/a, no multi-node jobs in the window"

@@ -179,6 +179,7 @@ class SimResult:
             "elastic_smaller_starts": sum(o.scale > 1 for o in done),
             "multinode_jobs": len(multi),
             "avg_wait_multinode_s": _round(_mean(multi_wait)),
+            "max_wait_multinode_s": _round(max(multi_wait, default=None)),
             "avg_jct_multinode_s": _round(
                 _mean([o.end - o.job.submit_s for o in multi if o.end is not None])
             ),

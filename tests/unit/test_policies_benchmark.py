@@ -252,3 +252,31 @@ def test_stranded_shortfall_in_a_window_without_multinode_jobs() -> None:
     assert bench.shortfall_reason("avg_stranded_gpus", ours, base) == (
         "no single cause visible in these figures"
     )
+
+
+def test_multinode_wait_shortfall_names_the_gang_that_carries_the_mean() -> None:
+    base = {
+        "avg_wait_multinode_s": 1000.0,
+        "multinode_jobs": 10,
+        "avg_leaves_spanned_multinode": 1.5,
+        "p95_queue_delay_s": 900,
+    }
+    ours = dict(base, avg_wait_multinode_s=1300.0)
+    # 10 gangs, 3000 s more waiting in all; job 7 alone waited 2000 s longer.
+    gang = bench.worst_gang({"3": 500.0, "7": 6000.0, "9": 100.0}, {"3": 400.0, "7": 4000.0})
+    assert gang == ("7", 6000.0, 4000.0)
+    why = bench.shortfall_reason("avg_wait_multinode_s", ours, base, gang)
+    assert why == (
+        "one gang makes most of the difference: job 7 waited 6,000 s against 4,000 s under "
+        "backfill (10 multi-node jobs)"
+    )
+    ours["avg_leaves_spanned_multinode"] = 1.0  # both causes at once
+    assert bench.shortfall_reason("avg_wait_multinode_s", ours, base, gang).startswith(
+        "gangs wait for one leaf instead of spreading (fewer leaves spanned); one gang"
+    )
+    ours["avg_leaves_spanned_multinode"] = 1.5
+    spread_thin = ("7", 4500.0, 4000.0)  # 500 s of the 3000 s: not one gang's doing
+    assert bench.shortfall_reason("avg_wait_multinode_s", ours, base, spread_thin) == (
+        "no single cause visible in these figures"
+    )
+    assert bench.worst_gang(None, {"1": 0.0}) is None

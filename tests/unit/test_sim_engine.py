@@ -149,6 +149,7 @@ def test_metrics_cover_the_whole_run() -> None:
     assert m["avg_stranded_gpus"] == 0.0
     assert m["multinode_jobs"] == 2
     assert m["avg_wait_multinode_s"] == pytest.approx(49.5)
+    assert m["max_wait_multinode_s"] == 99.0  # the gang that waited; the other started at once
     assert m["p95_queue_delay_s"] == 99.0
     assert result.series[0]["t_s"] == 0.0 and len(result.series) == 100
 
