@@ -59,6 +59,11 @@ LEVERS = (
         "slurmopt:compact_wait_share=0.1",
         "gangs wait for one leaf at most a tenth of their time limit, about what spreading costs",
     ),
+    (
+        "slurmopt:reserve_one_leaf=off",
+        "a gang that cannot start now is reserved at the earliest time on any leaves, as "
+        "Slurm's backfill reserves",
+    ),
     ("slurmopt:align_ends=off", "no end-time alignment of one-node jobs"),
     ("slurmopt:runtime=history", "run times estimated from ended jobs alike"),
     ("slurmopt:runtime=oracle", "true run times (the bound of any prediction)"),

@@ -102,6 +102,7 @@ class Config:
     managed_partitions: tuple[str, ...] = ()
     backfill_depth: int = 100
     compact_wait_share: float = 0.0
+    reserve_one_leaf: bool = True
     align_ends: bool = True
     elastic_starts: bool = True
     heartbeat_path: str = "/run/slurmopt/heartbeat"
@@ -186,7 +187,7 @@ def _coerce(key: str, value: object) -> Any:
         if share < 0:
             raise ValueError(f"must be 0 or more, got {value!r}")
         return share
-    if key in ("enforce", "preempt_enabled", "align_ends", "elastic_starts"):
+    if key in ("enforce", "preempt_enabled", "reserve_one_leaf", "align_ends", "elastic_starts"):
         if not isinstance(value, bool):
             raise ValueError(f"expected true or false, got {_describe(value)}")
         return value

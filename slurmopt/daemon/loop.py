@@ -135,6 +135,7 @@ class Daemon:
         return Policy(
             backfill_depth=config.backfill_depth,
             compact_wait_share=config.compact_wait_share,
+            reserve_one_leaf=config.reserve_one_leaf,
             align_ends=config.align_ends,
             elastic=config.elastic_starts,
         )

@@ -153,6 +153,11 @@ class Policy:
     when one leaf frees up only later than this share of the job's time
     limit from now, the gang starts now on the fewest leaves instead (None:
     wait however long it takes).
+    ``reserve_one_leaf``: a gang that cannot start now, and fits one leaf, is
+    reserved on the leaf that frees up first, however much later than a block
+    over several leaves (off: the earliest block on the fewest leaves it then
+    needs, as Slurm's backfill reserves; gangs wait less, the jobs behind them
+    more).
     ``align_ends``: when FGD picks a partly used node for a single-node job,
     the job goes instead to the partly used node it fits on whose running
     jobs end closest to its own time limit, so that nodes empty at once
@@ -169,6 +174,7 @@ class Policy:
     backfill_depth: int = 100
     require_single_leaf: bool = True
     compact_wait_share: float | None = 0.0
+    reserve_one_leaf: bool = True
     align_ends: bool = True
     elastic: bool = True
     partitions: frozenset[str] | None = None
@@ -1180,7 +1186,7 @@ class _Planner:
                 {leaf: len(v) for leaf, v in respected.items()}, need, self.group_of, False
             )
             if spread is not None:
-                found = self._earliest_block(job, pool, constraint)
+                found = self._earliest_block(job, pool, constraint, one_leaf=True)
                 bound = self.policy.compact_wait_share * (end - self.now)
                 if found is None or found[0] - self.now > bound:
                     choice = spread
@@ -1343,8 +1349,16 @@ class _Planner:
         return out
 
     def _earliest_block(
-        self, job: Job, pool: _Pool, constraint: Constraint
+        self, job: Job, pool: _Pool, constraint: Constraint, one_leaf: bool | None = None
     ) -> tuple[float, list[str]] | None:
+        """When and on which nodes the job could start first, by the timeline.
+
+        A gang that fits one leaf gets the earliest one-leaf block when
+        ``one_leaf`` (default: the policy's ``reserve_one_leaf``), else the
+        earliest block anywhere, on the fewest leaves at that time.
+        """
+        if one_leaf is None:
+            one_leaf = self.policy.reserve_one_leaf
         k = max(job.node_count, 1)
         gpus = job.gpus_per_node
         when = self._availability(job, pool, constraint, k)
@@ -1355,7 +1369,7 @@ class _Planner:
                 return None
             if len(required) >= k:
                 return max(at for at, _ in req), sorted(required)[:k]
-        single = self._single_leaf(pool, k, gpus) and not required
+        single = one_leaf and self._single_leaf(pool, k, gpus) and not required
         if single or k == 1:
             starts = [v[k - 1][0] for v in when.values() if len(v) >= k]
             if not starts:

@@ -532,6 +532,7 @@ def make_scheduler(
 #: Planner knobs a ``slurmopt:`` variant may set, and how their values read.
 VARIANT_KEYS = (
     "compact_wait_share",
+    "reserve_one_leaf",
     "align_ends",
     "require_single_leaf",
     "elastic",
@@ -545,7 +546,8 @@ def parse_variant(name: str) -> tuple[Policy, str, bool]:
     """The planner policy and run-time source of ``slurmopt`` or ``slurmopt:KEY=VALUE,...``.
 
     Keys: ``compact_wait_share`` (a share, or ``none`` to wait without bound),
-    ``align_ends``, ``require_single_leaf``, ``elastic`` (on/off), ``backfill_depth``
+    ``reserve_one_leaf``, ``align_ends``, ``require_single_leaf``, ``elastic`` (on/off),
+    ``backfill_depth``
     (jobs), ``runtime`` (one of :data:`RUNTIMES`), ``preempt`` (on/off: the
     checkpoint-acknowledged preemption of preemptible jobs).  Raises ValueError with a
     one-line message naming the bad part.
@@ -571,7 +573,7 @@ def parse_variant(name: str) -> tuple[Policy, str, bool]:
             if text not in _TRUE | _FALSE:
                 raise ValueError(f"policy {name!r}: preempt must be on or off, got {text!r}")
             preempt = text in _TRUE
-        elif key in ("align_ends", "require_single_leaf", "elastic"):
+        elif key in ("align_ends", "require_single_leaf", "elastic", "reserve_one_leaf"):
             if text not in _TRUE | _FALSE:
                 raise ValueError(f"policy {name!r}: {key} must be on or off, got {text!r}")
             values[key] = text in _TRUE

@@ -305,11 +305,14 @@ def test_misspelt_health_key_suggests_the_right_one(tmp_path: Path) -> None:
 def test_planner_keys_reach_the_daemons_policy(tmp_path: Path) -> None:
     from slurmopt.daemon.loop import Daemon
 
-    path = _write(tmp_path, "compact_wait_share = 0.25\nalign_ends = false\nbackfill_depth = 7\n")
+    text = "compact_wait_share = 0.25\nalign_ends = false\nbackfill_depth = 7\n"
+    path = _write(tmp_path, text + "reserve_one_leaf = false\n")
     cfg = load_config(path, env={})
     assert (cfg.compact_wait_share, cfg.align_ends, cfg.backfill_depth) == (0.25, False, 7)
     policy = Daemon.policy_for(cfg)
     assert (policy.compact_wait_share, policy.align_ends, policy.backfill_depth) == (0.25, False, 7)
+    assert not policy.reserve_one_leaf
+    assert Daemon.policy_for(load_config(_write(tmp_path, ""), env={})).reserve_one_leaf
 
 
 @pytest.mark.parametrize(

@@ -96,6 +96,22 @@ def test_seven_node_gang_waits_for_one_leaf_without_a_bound() -> None:
     assert "16 free across 4 leaves, at most 6 on one" in unplaced.detail  # type: ignore[attr-defined]
 
 
+def test_gang_reservation_on_one_leaf_or_at_the_earliest_block() -> None:
+    # Every node busy. Leaf a: a0 frees in 100 s, the rest in 5000 s. Leaf b: b0 in 200 s,
+    # b1 in 3000 s, the rest in 5000 s. A 2-node gang's first one-leaf block is b0+b1 at
+    # 3000 s; the first block anywhere is a0+b0 at 200 s.
+    ends = {"a0": 100.0, "b0": 200.0, "b1": 3000.0}
+    names = ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"]
+    nodes = [gpu_node(n, alloc=8) for n in names]
+    jobs = [running(100 + i, [n], ends_in=ends.get(n, 5000.0)) for i, n in enumerate(names)]
+    snap = snapshot(nodes, [*jobs, pending(1, nodes=2)])
+    fabric = leaf_fabric({"a": names[:4], "b": names[4:]})
+    (held,) = plan(snap, fabric).reservations
+    assert (held.start_time, sorted(held.nodes)) == (NOW + 3000, ["b0", "b1"])
+    (held,) = plan(snap, fabric, Policy(reserve_one_leaf=False)).reservations
+    assert (held.start_time, sorted(held.nodes)) == (NOW + 200, ["a0", "b0"])
+
+
 def test_gang_larger_than_free_waits_with_counts() -> None:
     nodes, jobs, fabric = busy_leaves(EXAMPLE)
     result = plan(snapshot(nodes, [*jobs, pending(1, nodes=17)]), fabric, SPREAD)

@@ -41,9 +41,9 @@ def test_plain_name_is_the_default_policy_planning_with_limits() -> None:
 def test_variant_sets_each_named_knob_and_nothing_else() -> None:
     policy, runtime, preempt = parse_variant(
         "slurmopt:compact_wait_share=none,align_ends=off,backfill_depth=5,runtime=history,"
-        "preempt=off"
+        "preempt=off,reserve_one_leaf=off"
     )
-    assert preempt is False
+    assert preempt is False and policy.reserve_one_leaf is False
     assert policy.compact_wait_share is None and policy.align_ends is False
     assert policy.backfill_depth == 5 and runtime == "history"
     assert policy.require_single_leaf is Policy().require_single_leaf
