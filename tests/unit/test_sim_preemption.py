@@ -91,3 +91,26 @@ def test_requeued_victim_does_not_take_back_the_nodes_freed_for_its_preemptor(
     times = _times(_run(tmp_path, text, "slurmopt"))
     assert times[2] == (10 + CHECKPOINT_ACK_S, 10 + CHECKPOINT_ACK_S + 100, 0)
     assert times[1][2] == 1
+
+
+def test_a_requeued_job_counts_as_waiting_for_the_stranded_gpus_it_could_use() -> None:
+    from slurmopt.sim.cluster import SimCluster
+    from slurmopt.sim.traces import TraceJob
+
+    cluster = SimCluster(parse_fabric_spec("fat-tree:2:2"), 8)
+    nodes = cluster.node_names
+    small = TraceJob(1, 0.0, 100.0, 1, 3, 200, 3, preemptible=True)
+    big = TraceJob(2, 0.0, 100.0, 1, 8, 200, 8)
+    cluster.submit(small)
+    cluster.submit(big)
+    cluster.start(1, (nodes[0],), 0.0)  # 5 GPUs stranded on nodes[0]; the 8-GPU job waits
+    assert cluster.stranded == 5 and cluster.stranded_usable == 0  # too few for 8
+    cluster.start(2, (nodes[1],), 0.0)
+    assert cluster.stranded_usable == 0  # nobody waits
+    cluster.submit(TraceJob(3, 1.0, 100.0, 1, 2, 200, 2))
+    assert cluster.stranded_usable == 5  # a 2-GPU job waits beside 5 free GPUs
+    cluster.start(3, (nodes[0],), 1.0)
+    cluster.requeue(1)  # the 3-GPU job checkpointed: it waits again, 6 GPUs free beside job 3
+    assert (cluster.stranded, cluster.stranded_usable) == (6, 6)
+    cluster.finish(3)
+    assert cluster.stranded_usable == 0  # nodes[0] is whole again: not stranded
