@@ -577,6 +577,59 @@ def _across_table(summary: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+#: How a shortfall's cause reads in the summary: the opening words of shortfall_reason's text.
+CAUSE_KINDS = (
+    ("a tie", "a tie (within 0.5%)"),
+    ("load too low", "load too low to queue"),
+    ("below the packing floor", "target below the packing floor"),
+    ("no multi-node jobs", "no multi-node jobs"),
+    ("one gang makes", "one gang's wait"),
+    ("gangs wait for one leaf", "gangs wait for one leaf"),
+    ("gangs wait longer", "gangs wait longer but finish sooner"),
+    ("while jobs wait slurmopt leaves", "more GPUs idle while jobs wait (split in the table)"),
+    ("while jobs wait slurmopt strands", "stranding while jobs wait is low"),
+    ("consistent with", "consistent with partly used nodes held for gang reservations"),
+    ("backfill strands under one", "backfill strands under one GPU"),
+    ("jobs left pending", "overload"),
+    ("no job ever waited", "no job waited"),
+)
+
+
+def cause_kind(reason: str) -> str:
+    """A short name for a shortfall's cause, for the summary."""
+    for opening, kind in CAUSE_KINDS:
+        if reason.startswith(opening):
+            return kind
+    if "stranded GPU-time" in reason and "nobody waiting" in reason:
+        return "most stranding with nobody waiting"
+    return "no single cause visible"
+
+
+def _summary(comparison: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each target: in how many (window, load) cells slurmopt meets it, and why it misses."""
+    lines = [
+        "## Summary",
+        "",
+        "Each target over every (window, load) cell with the penalty on; the causes of the "
+        "misses are those named in the tables below.",
+        "",
+        "| target | met | missed, by cause (cells) |",
+        "|---|---|---|",
+    ]
+    for metric, (op, bound) in TARGETS.items():
+        cells = [c for c in comparison if c["ratios"].get(metric) is not None]
+        met = sum(bool(meets(metric, c["ratios"][metric])) for c in cells)
+        kinds: dict[str, int] = {}
+        for c in cells:
+            reason = c["missed"].get(metric)
+            if reason is not None:
+                kind = cause_kind(reason)
+                kinds[kind] = kinds.get(kind, 0) + 1
+        causes = "; ".join(f"{k} ({n})" for k, n in sorted(kinds.items(), key=lambda x: -x[1]))
+        lines.append(f"| `{metric}` {op} {bound:g} | {met} of {len(cells)} | {causes or '-'} |")
+    return lines
+
+
 def _fmt_share(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
@@ -775,6 +828,8 @@ def render(doc: Mapping[str, Any]) -> str:
         "```",
         "",
         f"Whole run: {doc['wall_s']:.0f} s wall. Simulator and metrics: `docs/simulator.md`.",
+        "",
+        *_summary(doc["comparison"]),
         "",
         "## Setup",
         "",

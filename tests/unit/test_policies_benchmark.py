@@ -280,3 +280,22 @@ def test_multinode_wait_shortfall_names_the_gang_that_carries_the_mean() -> None
         "no single cause visible in these figures"
     )
     assert bench.worst_gang(None, {"1": 0.0}) is None
+
+
+def test_summary_counts_met_cells_and_groups_misses_by_cause() -> None:
+    comparison = [
+        {"ratios": {"avg_jct_s": 0.9, "avg_stranded_gpus": 0.8}, "missed": {
+            "avg_stranded_gpus": "below the packing floor: the target is 2.00 GPUs"}},
+        {"ratios": {"avg_jct_s": 1.1, "avg_stranded_gpus": 0.9}, "missed": {
+            "avg_jct_s": "something new",
+            "avg_stranded_gpus": "90% of slurmopt's stranded GPU-time (80% of backfill's) is "
+            "with nobody waiting: spare capacity"}},
+        {"ratios": {"avg_jct_s": 1.0, "avg_stranded_gpus": 0.4}, "missed": {}},
+    ]  # fmt: skip
+    rows = {line.split(" | ")[0]: line for line in bench._summary(comparison)}
+    assert rows["| `avg_jct_s` <= 1.02"].endswith("| 2 of 3 | no single cause visible (1) |")
+    stranded = rows["| `avg_stranded_gpus` <= 0.5"]
+    assert "| 1 of 3 |" in stranded
+    assert "target below the packing floor (1)" in stranded
+    assert "most stranding with nobody waiting (1)" in stranded
+    assert rows["| `avg_wait_multinode_s` < 1"].endswith("| 0 of 0 | - |")
