@@ -284,7 +284,7 @@ def run_case(case: Case, series: bool = False) -> dict[str, Any]:
     result = simulate(scaled, fabric, case.policy, CommModel(case.penalty), GPUS_PER_NODE)
     out["metrics"] = dict(result.metrics)
     # Each multi-node job's wait, so the comparison can pair the same gang under both policies.
-    if case.policy in BOUND_POLICIES and not case.label.startswith("synthetic"):
+    if case.policy in BOUND_POLICIES and case.fmt != "synthetic":
         out["gang_waits"] = {
             str(o.job.job_id): round(o.start - o.job.submit_s)
             for o in result.outcomes

@@ -132,8 +132,7 @@ class SimCluster:
             submit_time=job.submit_s,
             comment=_comment(job),
         )
-        self.pending[job.job_id] = pending
-        self.pending_sizes[pending.gpus_per_node] += 1
+        self._wait(pending)
         self.durations[job.job_id] = job.duration_s
         return pending
 
@@ -158,7 +157,7 @@ class SimCluster:
         del self.pending[job_id]
         self.pending_sizes[job.gpus_per_node] -= 1
         if not self.pending_sizes[job.gpus_per_node]:
-            del self.pending_sizes[job.gpus_per_node]
+            del self.pending_sizes[job.gpus_per_node]  # min() of the sizes sees waiting jobs only
         running = replace(
             job, state=JobState.RUNNING, nodes=nodes, node_count=len(nodes), start_time=now
         )
@@ -177,9 +176,13 @@ class SimCluster:
         job = self._stop(job_id)
         asked = (elastic_range(job.comment) or (0, job.node_count))[1]  # an elastic job: its MAX
         pending = replace(job, state=JobState.PENDING, nodes=(), node_count=asked, start_time=None)
-        self.pending[job_id] = pending
-        self.pending_sizes[pending.gpus_per_node] += 1
+        self._wait(pending)
         return pending
+
+    def _wait(self, job: Job) -> None:
+        """Queue a pending job, counted in :attr:`pending_sizes`."""
+        self.pending[job.job_id] = job
+        self.pending_sizes[job.gpus_per_node] += 1
 
     def _stop(self, job_id: int) -> Job:
         """A running job gives its GPUs back (it ended or was requeued)."""

@@ -32,6 +32,13 @@ def _run(trace: str, fabric: str, policy: str, **kw: object) -> SimResult:
     )
 
 
+def _fifo_metrics(tmp_path: Path, rows: str, fabric: str) -> dict[str, object]:
+    """slurm-fifo's metrics for csv ``rows`` (submit_s,duration_s,gpus,time_limit_s)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit_s,duration_s,gpus,time_limit_s\n" + rows)
+    return simulate(read_trace(trace, "csv"), parse_fabric_spec(fabric), "slurm-fifo").metrics
+
+
 def _starts(result: SimResult) -> dict[int, float | None]:
     return {o.job.job_id: o.start for o in result.outcomes}
 
@@ -165,10 +172,7 @@ def test_job_larger_than_the_cluster_is_skipped_not_waited_for(tmp_path: Path) -
 def test_stranded_gpus_over_the_run_and_while_jobs_wait(tmp_path: Path) -> None:
     # One 8-GPU node: a 4-GPU job runs 0-100 and leaves 4 GPUs free on a partly used node
     # while an 8-GPU job waits; the 8-GPU job then runs 100-150 with nothing waiting.
-    trace = tmp_path / "t.csv"
-    trace.write_text("submit_s,duration_s,gpus,time_limit_s\n0,100,4,100\n0,50,8,50\n")
-    result = simulate(read_trace(trace, "csv"), parse_fabric_spec("fat-tree:1:1"), "slurm-fifo")
-    m = result.metrics
+    m = _fifo_metrics(tmp_path, "0,100,4,100\n0,50,8,50\n", "fat-tree:1:1")
     assert m["avg_stranded_gpus"] == pytest.approx(4 * 100 / 150, abs=0.01)
     assert m["avg_stranded_gpus_when_queued"] == 4.0
 
@@ -178,24 +182,13 @@ def test_stranded_gpus_split_by_whether_a_waiting_job_could_use_them(tmp_path: P
     # job and a 3-GPU job. 0-100: the 6-GPU job runs, 2 GPUs stranded, the others wait and
     # each asks for more than 2. 100-150: the 8-GPU job, nothing stranded, the 3-GPU job
     # waits. 150-200: the 3-GPU job, 5 stranded with nobody waiting.
-    trace = tmp_path / "t.csv"
-    trace.write_text(
-        "submit_s,duration_s,gpus,time_limit_s\n"
-        "0,100,6,100\n0,50,8,50\n0,50,3,50\n"
-    )
-    result = simulate(read_trace(trace, "csv"), parse_fabric_spec("fat-tree:1:1"), "slurm-fifo")
-    m = result.metrics
+    m = _fifo_metrics(tmp_path, "0,100,6,100\n0,50,8,50\n0,50,3,50\n", "fat-tree:1:1")
     assert m["avg_stranded_gpus"] == pytest.approx((2 * 100 + 5 * 50) / 200)
     assert m["stranded_share_queue_empty"] == pytest.approx(250 / 450, abs=1e-4)
     assert m["avg_stranded_gpus_usable_when_queued"] == 0.0
     assert m["avg_idle_gpus_when_queued"] == pytest.approx(8 - (6 * 100 + 8 * 50) / 150, abs=0.01)
     # A 1-GPU job in place of the 3-GPU one fits the 2 stranded GPUs it waits beside (0-100).
-    trace.write_text(
-        "submit_s,duration_s,gpus,time_limit_s\n"
-        "0,100,6,100\n0,50,8,50\n0,50,1,50\n"
-    )
-    result = simulate(read_trace(trace, "csv"), parse_fabric_spec("fat-tree:1:1"), "slurm-fifo")
-    m = result.metrics
+    m = _fifo_metrics(tmp_path, "0,100,6,100\n0,50,8,50\n0,50,1,50\n", "fat-tree:1:1")
     assert m["avg_stranded_gpus_usable_when_queued"] == pytest.approx(2 * 100 / 150, abs=0.01)
 
 
@@ -205,13 +198,8 @@ def test_stranded_floor_is_what_perfect_packing_of_the_running_jobs_leaves(
     # Two 8-GPU nodes, FIFO by index: 2+6 GPUs fill the first, 2+6 the second (0-50, nothing
     # stranded). The 6-GPU jobs end at 50: each node keeps one 2-GPU job, 12 GPUs stranded,
     # while both 2-GPU jobs on one node would strand 4 (the floor, -(2+2) mod 8).
-    trace = tmp_path / "t.csv"
-    trace.write_text(
-        "submit_s,duration_s,gpus,time_limit_s\n"
-        "0,100,2,100\n0,50,6,50\n0,100,2,100\n0,50,6,50\n"
-    )
-    result = simulate(read_trace(trace, "csv"), parse_fabric_spec("fat-tree:2:2"), "slurm-fifo")
-    m = result.metrics
+    rows = "0,100,2,100\n0,50,6,50\n0,100,2,100\n0,50,6,50\n"
+    m = _fifo_metrics(tmp_path, rows, "fat-tree:2:2")
     assert m["avg_stranded_gpus"] == pytest.approx(12 * 50 / 100)
     assert m["avg_stranded_gpus_floor"] == pytest.approx(4 * 50 / 100)
 
@@ -219,10 +207,7 @@ def test_stranded_floor_is_what_perfect_packing_of_the_running_jobs_leaves(
 def test_stranded_floor_counts_only_jobs_smaller_than_a_node(tmp_path: Path) -> None:
     # A 16-GPU gang (two whole nodes) and a 1-GPU job on a third node: 7 stranded, floor 7;
     # the 1-GPU job alone after the gang ends strands 7 as well, so both average 7.
-    trace = tmp_path / "t.csv"
-    trace.write_text("submit_s,duration_s,gpus,time_limit_s\n0,50,16,50\n0,100,1,100\n")
-    result = simulate(read_trace(trace, "csv"), parse_fabric_spec("fat-tree:4:4"), "slurm-fifo")
-    m = result.metrics
+    m = _fifo_metrics(tmp_path, "0,50,16,50\n0,100,1,100\n", "fat-tree:4:4")
     assert m["avg_stranded_gpus"] == pytest.approx(7.0)
     assert m["avg_stranded_gpus_floor"] == pytest.approx(7.0)
 
