@@ -164,6 +164,7 @@ class Job:
     start_time: float | None = None
     end_time: float | None = None
     comment: str = ""
+    admin_comment: str = ""
     features: str = ""
     excluded_nodes: tuple[str, ...] = ()
     required_nodes: tuple[str, ...] = ()

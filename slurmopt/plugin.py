@@ -39,7 +39,7 @@ HELD_FIELD = "held"
 DEFAULT_SLURM_DIR = "/etc/slurm"
 
 _HEARTBEAT_LINE = re.compile(r'^local HEARTBEAT_PATH = "((?:[^"\\]|\\.)*)"$', re.MULTILINE)
-_MAX_AGE_LINE = re.compile(r'^local MAX_AGE_S = tonumber\("([^"]*)"\)', re.MULTILINE)
+_MAX_AGE_LINE = re.compile(r'^local MAX_AGE_S = (?:math.min\()?tonumber\("([^"]*)"\)', re.MULTILINE)
 _CONF_KEY = re.compile(r"^\s*JobSubmitPlugins\s*=\s*(?P<value>[^#]*?)\s*(?P<comment>#.*)?$", re.I)
 
 

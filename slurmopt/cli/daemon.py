@@ -15,6 +15,7 @@ from slurmopt.errors import SlurmCommandError, SlurmoptError
 
 if TYPE_CHECKING:
     from slurmopt.metrics import DaemonMetrics, MetricsServer
+    from slurmopt.store import Store
 
 #: Same as ``slurmopt.metrics.DEFAULT_METRICS_ADDRESS`` (not imported: it pulls in
 #: prometheus_client and the planner for every command).
@@ -131,15 +132,21 @@ class _Released:
     failed: dict[int, str]
 
 
-def _release_all(ctx: click.Context, config: Config) -> _Released:
-    """Release every hold of slurmopt's on a managed job, from one fresh snapshot."""
-    from slurmopt.daemon.managed import holds_for_us
+def _release_all(ctx: click.Context, config: Config, store: Store) -> _Released:
+    """Release every hold slurmopt recorded as its own, from one fresh snapshot.
 
+    An operator's hold, or the owner's, is never lifted: only jobs the store
+    records ``waiting`` under slurmopt's hold (:func:`slurmopt.daemon.managed.ours`).
+    """
+    from slurmopt.daemon.managed import ours
+    from slurmopt.daemon.reconcile import live_records
+
+    records = {r.job_id: r for r in live_records(store)}
     client = _connect(ctx, config)
     snapshot = client.snapshot()
     out = _Released([], {})
     for job in sorted(snapshot.jobs.values(), key=lambda j: j.job_id):
-        if not holds_for_us(job, config.managed_partitions):
+        if not ours(job, records.get(job.job_id)):
             continue
         try:
             client.release(job.job_id)
@@ -171,14 +178,16 @@ def disable(ctx: click.Context, config_path: str | None, db: str | None, as_json
     store = Store.open(config.db)
     try:
         set_switch(store, True, operator())
+        heartbeat_error = None
+        try:
+            write_heartbeat(
+                config.heartbeat_path, False, managed_partitions=config.managed_partitions
+            )
+        except OSError as exc:
+            heartbeat_error = f"cannot write heartbeat {config.heartbeat_path}: {exc}"
+        outcome = _release_all(ctx, config, store)
     finally:
         store.close()
-    heartbeat_error = None
-    try:
-        write_heartbeat(config.heartbeat_path, False, managed_partitions=config.managed_partitions)
-    except OSError as exc:
-        heartbeat_error = f"cannot write heartbeat {config.heartbeat_path}: {exc}"
-    outcome = _release_all(ctx, config)
     if as_json:
         emit_json(
             {

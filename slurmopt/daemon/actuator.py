@@ -28,22 +28,23 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from slurmopt.daemon.managed import holds_for_us
-from slurmopt.daemon.reconcile import LEFT_TO_SLURM, move, same_incarnation
+from slurmopt.daemon.managed import ours
+from slurmopt.daemon.reconcile import LEFT_TO_SLURM, move
 from slurmopt.errors import SlurmCommandError
 from slurmopt.model import ClusterSnapshot, Job
 from slurmopt.policy.plan import HAND_BACK_REASONS, Plan, Start, Unplaced
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.store import ManagedJob, ManagedJobState, Store
+from slurmopt.submit.tag import with_status
 
 log = logging.getLogger(__name__)
 
-#: Prefix of the admin comment slurmopt sets on the jobs it keeps waiting.
-COMMENT_PREFIX = "slurmopt: "
+#: Prefix of the status slurmopt writes after the tag in the admin comment of a waiting job.
+COMMENT_PREFIX = "waits: "
 
 
 def waiting_comment(unplaced: Unplaced) -> str:
-    """The admin comment for a waiting job: its reason and, if known, its expected start."""
+    """The status for a waiting job's admin comment: its reason and, if known, its start."""
     text = f"{COMMENT_PREFIX}{unplaced.reason.value}"
     if unplaced.expected_start is not None:
         stamp = time.strftime("%Y-%m-%dT%H:%M", time.localtime(unplaced.expected_start))
@@ -104,20 +105,22 @@ class Actuator:
                 if may_act():
                     self._hand_back(job, record, unplaced, now, result)
                 continue
-            self._comment(job.job_id, waiting_comment(unplaced), result)
+            self._comment(job, waiting_comment(unplaced), result)
         for job_id in list(self._comments):
             if job_id not in records:
                 del self._comments[job_id]
         return result
 
-    def _ours(self, job: Job, record: ManagedJob) -> bool:
-        """Pending under our hold, recorded waiting, same submission, not handed back."""
-        return (
-            holds_for_us(job, self.managed_partitions)
-            and record.state is ManagedJobState.WAITING
-            and record.reason != LEFT_TO_SLURM
-            and same_incarnation(record, job)
-        )
+    @staticmethod
+    def _ours(job: Job, record: ManagedJob) -> bool:
+        """Pending under our recorded hold (see :func:`slurmopt.daemon.managed.ours`)."""
+        return ours(job, record)
+
+    @staticmethod
+    def _too_many_nodes(job: Job, record: ManagedJob, nodes: int) -> bool:
+        """More nodes than the job was submitted with (or its recorded elastic maximum)."""
+        most = max(job.node_count, record.elastic_max_nodes or 0)
+        return nodes > most
 
     def _start(
         self,
@@ -138,6 +141,11 @@ class Actuator:
             why = "not a job slurmopt holds"
         elif not self._ours(job, record):
             why = f"not waiting under slurmopt's hold (Slurm: {job.state} {job.reason or '-'})"
+        elif self._too_many_nodes(job, record, len(action.nodes)):
+            why = (
+                f"{len(action.nodes)} nodes planned, more than the {job.node_count} "
+                "it was submitted with"
+            )
         if why is not None or record is None or job is None:
             result.skipped[job_id] = why or "no record"
             log.info("job %d: start skipped: %s", job_id, why)
@@ -195,8 +203,12 @@ class Actuator:
             unplaced.detail,
         )
 
-    def _comment(self, job_id: int, text: str, result: ActResult) -> None:
-        if self._comments.get(job_id) == text:
+    def _comment(self, job: Job, status: str, result: ActResult) -> None:
+        """Set the status after the tag in the admin comment (the tag itself is kept)."""
+        job_id = job.job_id
+        text = with_status(job.admin_comment, status)
+        if self._comments.get(job_id) == text or job.admin_comment == text:
+            self._comments[job_id] = text
             return
         try:
             self.client.set_comment(job_id, text, admin=True)

@@ -12,9 +12,11 @@ one), and the Python reader, like the plugin, never raises.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import socket
+import stat
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +46,9 @@ class Heartbeat:
     holder: str
     version: int = FORMAT_VERSION
     managed_partitions: tuple[str, ...] = ()
+    #: Grows with every write; the plugin stamps the one it read into each job it tags,
+    #: so the daemon can prove the plugin reads this very file (0: not numbered).
+    seq: int = 0
 
     def render(self) -> str:
         """The file's text: one ``key=value`` per line, newline-terminated."""
@@ -56,6 +61,8 @@ class Heartbeat:
         )
         if self.managed_partitions:
             text += f"partitions={','.join(self.managed_partitions)}\n"
+        if self.seq:
+            text += f"seq={self.seq}\n"
         return text
 
 
@@ -77,6 +84,7 @@ def write_heartbeat(
     pid: int | None = None,
     holder: str | None = None,
     managed_partitions: Sequence[str] = (),
+    seq: int = 0,
 ) -> Heartbeat:
     """Atomically replace the heartbeat at ``path``: temp file, fsync, rename, fsync the dir.
 
@@ -94,6 +102,7 @@ def write_heartbeat(
         pid=pid,
         holder=f"{socket.gethostname()}:{pid}" if holder is None else holder,
         managed_partitions=tuple(managed_partitions),
+        seq=seq,
     )
     if any(c in beat.holder for c in "\n\r"):
         raise ValueError(f"heartbeat holder must be one line, got {beat.holder!r}")
@@ -136,7 +145,23 @@ def parse_heartbeat(text: str) -> Heartbeat:
         managed_partitions=tuple(
             name.strip() for name in fields.get("partitions", "").split(",") if name.strip()
         ),
+        seq=int(fields.get("seq", "0")),
     )
+
+
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
+    """At most ``limit`` bytes of a regular file, opened without blocking.
+
+    A FIFO or device at the path would block a plain ``open`` (and so
+    whoever waits on it); it is refused as not a regular file instead.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
 
 
 def read_heartbeat(
@@ -151,8 +176,7 @@ def read_heartbeat(
     """
     now = time.time() if now is None else now
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
+        data = read_regular(path, MAX_BYTES + 1)
     except FileNotFoundError:
         return HeartbeatStatus(False, False, "missing")
     except OSError as exc:
@@ -177,5 +201,6 @@ __all__ = [
     "HeartbeatStatus",
     "parse_heartbeat",
     "read_heartbeat",
+    "read_regular",
     "write_heartbeat",
 ]

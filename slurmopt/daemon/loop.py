@@ -41,17 +41,15 @@ from slurmopt.daemon import notify
 from slurmopt.daemon.actuator import ActResult, Actuator
 from slurmopt.daemon.heartbeat import write_heartbeat
 from slurmopt.daemon.managed import (
-    holds_for_us,
     is_managed,
+    ours,
     planning_priorities,
 )
 from slurmopt.daemon.preempt import Preempter, PreemptionSettings, PreemptResult
 from slurmopt.daemon.reconcile import (
-    LEFT_TO_SLURM,
     Reconciler,
     ReconcileResult,
     live_records,
-    same_incarnation,
 )
 from slurmopt.daemon.switch import read_switch
 from slurmopt.errors import SlurmoptError, SlurmResponseError, SlurmUnavailable
@@ -61,7 +59,7 @@ from slurmopt.model import ClusterSnapshot, Job
 from slurmopt.policy.fragmentation import fragmentation_report
 from slurmopt.policy.plan import Plan, Policy, plan
 from slurmopt.slurm.base import SlurmClient
-from slurmopt.store import ManagedJob, ManagedJobState, Store
+from slurmopt.store import ManagedJob, Store
 
 log = logging.getLogger(__name__)
 
@@ -280,16 +278,10 @@ class Daemon:
         parts = self.managed_partitions
 
         def enforcing(job: Job) -> bool:
-            record = records.get(job.job_id)
             return (
-                job.is_pending
-                and job.gpus_per_node > 0
+                job.gpus_per_node > 0
                 and job.job_id not in skip
-                and holds_for_us(job, parts)
-                and record is not None
-                and record.state is ManagedJobState.WAITING
-                and record.reason != LEFT_TO_SLURM
-                and same_incarnation(record, job)
+                and ours(job, records.get(job.job_id))
             )
 
         def advising(job: Job) -> bool:

@@ -1,26 +1,39 @@
 """Which Slurm jobs are slurmopt's, which holds it may lift, and the order held jobs keep.
 
-Pure functions over :class:`~slurmopt.model.Job`: the daemon, the reconciler,
-the actuator and ``slurmopt disable`` must agree on these answers, so they
-live in one place.
+Pure functions over :class:`~slurmopt.model.Job` (and the store's record of
+it): the daemon, the reconciler, the actuator and ``slurmopt disable`` must
+agree on these answers, so they live in one place.  They read only what a
+job's owner cannot edit: the admin comment the job-submit plugin wrote,
+Slurm's hold reason, and slurmopt's own records.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from slurmopt.model import Job
-from slurmopt.submit.tag import PREFIX, TagError, parse_comment
+from slurmopt.submit.tag import HELD_FIELD, JobTag, TagError, has_field, parse_comment
 
-#: Slurm's pending reason for a hold by root, SlurmUser or an operator (``scontrol hold``,
-#: the job-submit plugin's ``priority=0``).  A user's own hold is ``JobHeldUser``.
+if TYPE_CHECKING:
+    from slurmopt.store import ManagedJob
+
+#: Slurm's pending reason for a hold by root, SlurmUser or an operator (``scontrol hold``).
+#: Only such a hold keeps a job from its owner's ``scontrol release``.
 ADMIN_HOLD_REASON = "JobHeldAdmin"
 
-#: Slurm's pending reason for a hold the job's owner asked for (``sbatch --hold``).
+#: Slurm's pending reason for a hold the job's owner asked for (``sbatch --hold``), and for
+#: the job-submit plugin's ``priority=0`` (Slurm reads the priority after the plugin ran).
 USER_HOLD_REASON = "JobHeldUser"
 
-#: The tag field the job-submit plugin adds when it holds a job for slurmopt.
-PLUGIN_HELD_FIELD = "held"
+#: The admin-comment field the job-submit plugin adds when it holds a job for slurmopt.
+PLUGIN_HELD_FIELD = HELD_FIELD
+
+#: Reason the actuator records on a job it hands back to Slurm (slurmopt cannot place it).
+LEFT_TO_SLURM = "left_to_slurm"
+
+#: Seconds two submit times may differ and still name the same job (the store keeps floats).
+SUBMIT_TOLERANCE_S = 1.0
 
 
 def _partitions(job: Job) -> list[str]:
@@ -28,16 +41,25 @@ def _partitions(job: Job) -> list[str]:
 
 
 def is_tagged(job: Job) -> bool:
-    """The job's comment carries a well-formed slurmopt tag (a malformed one does not count)."""
+    """The job's *admin* comment carries a well-formed slurmopt tag.
+
+    The owner's own comment never counts: they can edit it at any time.
+    The job-submit plugin copies the submit-time tag into the admin comment.
+    """
+    return trusted_tag(job) is not None
+
+
+def trusted_tag(job: Job) -> JobTag | None:
+    """The tag in the job's admin comment (None: untagged or malformed): all slurmopt trusts."""
     try:
-        tag, _ = parse_comment(job.comment)
+        tag, _ = parse_comment(job.admin_comment)
     except TagError:
-        return False
-    return tag is not None
+        return None
+    return tag
 
 
 def is_managed(job: Job, managed_partitions: Collection[str] = ()) -> bool:
-    """slurmopt decides where this job runs: it is tagged, or submitted to a managed partition.
+    """slurmopt decides where this job runs: tagged by the plugin, or in a managed partition.
 
     A job listing several partitions is managed when any of them is; ``*``
     among the managed partitions stands for every partition.
@@ -54,13 +76,17 @@ def is_admin_held(job: Job) -> bool:
     return job.is_pending and job.reason == ADMIN_HOLD_REASON
 
 
-def held_by_slurmopt(job: Job) -> bool:
-    """Pending under a hold slurmopt placed: an admin hold, or the plugin's marked hold.
+def plugin_held(job: Job) -> bool:
+    """The job-submit plugin held this job (``held`` in the admin comment's tag)."""
+    return has_field(job.admin_comment, PLUGIN_HELD_FIELD)
 
-    The job-submit plugin holds by setting ``priority=0`` at submission,
-    which Slurm 22.05 reports as ``JobHeldUser`` whoever submitted; its
-    ``held`` tag field tells that hold from the user's own ``--hold`` (which
-    the plugin leaves unmarked).
+
+def held_by_slurmopt(job: Job) -> bool:
+    """Pending under a hold of the kind slurmopt places: an admin hold, or the plugin's hold.
+
+    The plugin's ``priority=0`` shows as ``JobHeldUser``; its ``held`` field in
+    the admin comment tells it from the owner's own ``--hold``.  Whether the
+    hold is really slurmopt's is for :func:`ours` to say, from the store.
     """
     if not job.is_pending:
         return False
@@ -69,28 +95,51 @@ def held_by_slurmopt(job: Job) -> bool:
     return job.reason == USER_HOLD_REASON and plugin_held(job)
 
 
+def awaits_admin_hold(job: Job) -> bool:
+    """Still under the plugin's ``priority=0``, which the owner could release: to be made admin."""
+    return job.is_pending and job.reason == USER_HOLD_REASON and plugin_held(job)
+
+
 def is_user_held(job: Job) -> bool:
     """Pending under its owner's hold, which slurmopt never lifts."""
     return job.is_pending and job.reason == USER_HOLD_REASON and not plugin_held(job)
 
 
-def holds_for_us(job: Job, managed_partitions: Collection[str] = ()) -> bool:
-    """A hold slurmopt may lift: its own hold on a managed job (``slurmopt disable`` lifts these).
+def registrable(job: Job) -> bool:
+    """A new job slurmopt should start managing: pending GPU job the plugin held and marked.
 
-    The plugin and the daemon hold only managed jobs, the daemon only as an
-    administrator, so an admin hold on a managed job is taken as slurmopt's;
-    an operator who wants a managed job kept back holds it as its user
-    (``scontrol hold`` run by the user) or removes the tag.
+    An operator's hold on a job (even one in a managed partition) is never
+    taken for slurmopt's: only the plugin's marker, which the owner cannot
+    write, makes a job slurmopt's to hold and release.
     """
-    return held_by_slurmopt(job) and is_managed(job, managed_partitions)
+    return job.gpus_per_node > 0 and plugin_held(job) and held_by_slurmopt(job)
 
 
-def plugin_held(job: Job) -> bool:
-    """The job-submit plugin held this job (it adds ``held`` to the tag when it does)."""
-    if not job.comment.startswith(PREFIX):
-        return False
-    body = job.comment[len(PREFIX) :].partition(" | ")[0]
-    return PLUGIN_HELD_FIELD in body.split(",")
+def same_incarnation(record: ManagedJob, job: Job) -> bool:
+    """The record and Slurm's job are the same submission (Slurm reuses job ids)."""
+    if job.submit_time is None:
+        return True
+    return abs(job.submit_time - record.slurm_submit_time) < SUBMIT_TOLERANCE_S
+
+
+def ours(job: Job, record: ManagedJob | None) -> bool:
+    """A hold slurmopt may lift: its own, as its records say.
+
+    The job is pending under an admin hold or the plugin's marked hold, and
+    the store records it ``waiting`` for slurmopt (same submission, not
+    handed back to Slurm).  An operator's hold on any other job, and the
+    owner's own hold, are never lifted; this one answer serves the daemon,
+    the actuator and ``slurmopt disable``.
+    """
+    from slurmopt.store.models import ManagedJobState
+
+    return (
+        record is not None
+        and held_by_slurmopt(job)
+        and record.state is ManagedJobState.WAITING
+        and record.reason != LEFT_TO_SLURM
+        and same_incarnation(record, job)
+    )
 
 
 def planning_priorities(jobs: Iterable[Job], recorded: Mapping[int, int | None]) -> dict[int, int]:
@@ -119,14 +168,19 @@ def planning_priorities(jobs: Iterable[Job], recorded: Mapping[int, int | None])
 
 __all__ = [
     "ADMIN_HOLD_REASON",
+    "LEFT_TO_SLURM",
     "PLUGIN_HELD_FIELD",
     "USER_HOLD_REASON",
+    "awaits_admin_hold",
     "held_by_slurmopt",
-    "holds_for_us",
     "is_admin_held",
     "is_managed",
     "is_tagged",
     "is_user_held",
+    "ours",
     "planning_priorities",
     "plugin_held",
+    "registrable",
+    "same_incarnation",
+    "trusted_tag",
 ]

@@ -39,7 +39,15 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from slurmopt.daemon.managed import held_by_slurmopt, holds_for_us, is_user_held
+from slurmopt.daemon.managed import (
+    LEFT_TO_SLURM,
+    awaits_admin_hold,
+    held_by_slurmopt,
+    is_user_held,
+    registrable,
+    same_incarnation,
+    trusted_tag,
+)
 from slurmopt.errors import SlurmCommandError, SlurmoptError
 from slurmopt.model import ClusterSnapshot, Job, JobState
 from slurmopt.slurm.base import SlurmClient
@@ -62,8 +70,6 @@ S = ManagedJobState
 PIN_TIMEOUT = "pin_timeout"
 #: Reason recorded when a recorded pin is found not carried out (job still held).
 PIN_NOT_APPLIED = "pin_not_applied"
-#: Reason the actuator records on a job it hands back to Slurm (slurmopt cannot place it).
-LEFT_TO_SLURM = "left_to_slurm"
 
 #: Slurm's end states and the final state each maps to.
 _ENDED: dict[JobState, ManagedJobState] = {
@@ -77,17 +83,6 @@ _ENDED: dict[JobState, ManagedJobState] = {
     JobState.DEADLINE: S.FAILED,
     JobState.OUT_OF_MEMORY: S.FAILED,
 }
-
-#: Seconds two submit times may differ and still name the same job (the store keeps floats).
-SUBMIT_TOLERANCE_S = 1.0
-
-
-def same_incarnation(record: ManagedJob, job: Job) -> bool:
-    """The record and Slurm's job are the same submission (Slurm reuses job ids)."""
-    if job.submit_time is None:
-        return True
-    return abs(job.submit_time - record.slurm_submit_time) < SUBMIT_TOLERANCE_S
-
 
 def next_attempt(session: Session, job_id: int, submit_time: float, action: str) -> int:
     """How many times ``action`` was already recorded for this job incarnation."""
@@ -174,9 +169,7 @@ class Reconciler:
             if not record.state.is_final:
                 known.add(record.job_id)
         for job in snapshot.jobs.values():
-            if job.job_id in known or not holds_for_us(job, self.managed_partitions):
-                continue
-            if job.gpus_per_node <= 0:
+            if job.job_id in known or not registrable(job):
                 continue
             self._register(job, now, result)
         return result
@@ -287,6 +280,9 @@ class Reconciler:
         self._note(result, job.job_id, "held again for a new plan")
 
     def _waiting_pending(self, record: ManagedJob, job: Job, result: ReconcileResult) -> None:
+        if record.reason != LEFT_TO_SLURM and awaits_admin_hold(job):
+            self._admin_hold(job, result)
+            return
         if job.held or record.reason != PIN_TIMEOUT:
             return
         if not self.may_hold():
@@ -296,8 +292,28 @@ class Reconciler:
         result.touched.add(job.job_id)
         self._note(result, job.job_id, "recorded hold after a pin time-out was not made; held")
 
+    def _admin_hold(self, job: Job, result: ReconcileResult) -> None:
+        """Turn the plugin's ``priority=0`` (which the owner could release) into an admin hold.
+
+        The record (``waiting``) is already committed, so a crash before this
+        call only leaves the job under the plugin's hold, which the next
+        cycle turns again.  Until then the owner could release it; Slurm
+        then simply schedules it (see docs/plugin.md).
+        """
+        if not self.may_hold():
+            return
+        try:
+            self.client.hold(job.job_id)
+        except SlurmCommandError as exc:
+            self._note(result, job.job_id, f"admin hold failed: {exc}", logging.WARNING)
+            return
+        self._note(result, job.job_id, "plugin's hold made an admin hold")
+
     def _register(self, job: Job, now: float, result: ReconcileResult) -> None:
         submit = job.submit_time if job.submit_time is not None else now
+        # The plugin capped the elastic range at the submitted node count when it copied it.
+        tag = trusted_tag(job)
+        elastic = tag.elastic if tag is not None else None
         try:
             with self.store.begin() as session:
                 register_job(
@@ -308,6 +324,9 @@ class Reconciler:
                     reason="held",
                     detail=job.reason,
                     priority_before_hold=None,
+                    preemptible=bool(tag and tag.preemptible),
+                    elastic_min_nodes=elastic[0] if elastic else None,
+                    elastic_max_nodes=elastic[1] if elastic else None,
                     now=now,
                 )
         except SlurmoptError as exc:
@@ -316,10 +335,13 @@ class Reconciler:
         result.registered.append(job.job_id)
         result.touched.discard(job.job_id)  # a new submission: plannable at once
         self._note(result, job.job_id, "new held job -> waiting")
+        if awaits_admin_hold(job):
+            self._admin_hold(job, result)
 
 
 __all__ = [
     "LEFT_TO_SLURM",
+    "same_incarnation",
     "PIN_NOT_APPLIED",
     "PIN_TIMEOUT",
     "ReconcileResult",
@@ -327,5 +349,4 @@ __all__ = [
     "live_records",
     "move",
     "next_attempt",
-    "same_incarnation",
 ]

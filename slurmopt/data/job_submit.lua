@@ -2,29 +2,42 @@
 slurmopt job-submit plugin for Slurm's job_submit/lua (slurmctld loads
 job_submit.lua from the directory of slurm.conf when JobSubmitPlugins=lua).
 
+slurmopt trusts only what a job's owner cannot edit.  The owner can change
+a job's comment at any time, so the "slurmopt:" tag that `slurmopt submit`
+writes there grants nothing by itself: at submission this plugin copies it
+into the job's *admin comment* (which only administrators, SlurmUser and
+this plugin can write; Slurm refuses an ordinary user's admin comment
+before the plugin runs), keeping only the fields slurmopt knows
+(preemptible, template, and elastic=MIN:MAX capped at the node count the
+job was submitted with) and dropping any forged "held" or "hb" field.
+
 While slurmopt's heartbeat file is fresh and says enforce=1, a new job that
-slurmopt manages and that asks for GPUs is held (priority 0, which
-Slurm 22.05 shows as reason JobHeldUser, like --hold) and its comment is tagged
-"slurmopt:managed,held[ | user comment]", so that the slurmopt daemon can
-place it and release it.  A job is managed when its comment carries the
-"slurmopt:" tag (written by `slurmopt submit`) or when one of its
-partitions (the default partition when none is given) is listed on the
-heartbeat's partitions= line ("*" lists every partition).
+slurmopt manages and that asks for GPUs is also held (priority 0, which
+Slurm shows as reason JobHeldUser) and its admin comment gets "held" and
+"hb=SEQ", the heartbeat sequence read here, so the daemon can prove that
+this plugin reads the very heartbeat it writes.  The daemon turns the hold
+into an administrator's hold at its next cycle.  A job is managed when its
+comment carries the "slurmopt:" tag or when one of its partitions (the
+default partition when none is given) is listed on the heartbeat's
+partitions= line ("*" lists every partition).
 
 Everything else fails open: a missing, unreadable, garbled or stale
 heartbeat, enforce=0, a heterogeneous job, a job without GPUs, or any Lua
-error here, and the job passes through unchanged.  This plugin never
-rejects a job.  A job the user submitted with --hold keeps its user hold:
-it is tagged, but without the held marker, so the daemon never releases it.
+error here, and the job is not held.  This plugin never rejects a job.  A
+job the user submitted with --hold keeps its user hold: it is tagged, but
+without the held marker, so the daemon never releases it.
+slurm_job_modify changes nothing: rewriting the admin comment there would
+make slurmctld refuse the owner's whole update.
 
 Rendered by `slurmopt plugin install` (slurmopt/plugin.py), which bakes
-the heartbeat path and its maximum age into the two placeholders below.
-Unrendered, the path names no file, so the script passes every job
-through.  See docs/plugin.md.
+the heartbeat path and its maximum age into the placeholders below.
+Unrendered, the path names no file, so the script holds no job.  See
+docs/plugin.md.
 --]]
 
 local HEARTBEAT_PATH = "@SLURMOPT_HEARTBEAT_PATH@"
-local MAX_AGE_S = tonumber("@SLURMOPT_MAX_AGE_S@") or 30
+-- Capped: a heartbeat older than an hour never counts as a daemon being there.
+local MAX_AGE_S = math.min(tonumber("@SLURMOPT_MAX_AGE_S@") or 30, 3600)
 
 local PREFIX = "slurmopt:"
 local SEPARATOR = " | "
@@ -79,6 +92,9 @@ local function read_heartbeat(path, max_age, now)
     if kv.pid ~= nil and not is_integer(kv.pid) then
         return nil, "bad pid"
     end
+    if kv.seq ~= nil and not is_integer(kv.seq) then
+        return nil, "bad seq"
+    end
     if math.abs(now - tonumber(kv.time)) > max_age then
         return nil, "stale"
     end
@@ -89,7 +105,7 @@ local function read_heartbeat(path, max_age, now)
             partitions[name] = true
         end
     end
-    return { enforce = kv.enforce == "1", partitions = partitions }
+    return { enforce = kv.enforce == "1", partitions = partitions, seq = kv.seq }
 end
 
 -- Whether one tres_per_* string ("gres:gpu:2,gres:shard:1", "gpu:a100:1") asks for a GPU.
@@ -173,30 +189,47 @@ local function split_tag(comment)
     return fields, user
 end
 
--- The comment with slurmopt's tag: existing fields kept, "held" only when held here.
-local function tagged_comment(comment, held)
-    local fields, user = split_tag(comment)
-    local out = { "managed" }
-    for i = 2, #(fields or {}) do
-        if fields[i] ~= HELD_FIELD then -- a copied or forged marker is never kept
-            out[#out + 1] = fields[i]
+-- The node count the job was submitted with (-N): the most an elastic job may use.
+local function submitted_nodes(job_desc)
+    for _, n in ipairs({ job_desc.max_nodes, job_desc.min_nodes }) do
+        if type(n) == "number" and n > 0 and n < NO_VAL then
+            return math.floor(n)
         end
+    end
+    return 1
+end
+
+-- The admin-comment tag: the user's known fields, elastic capped, plus held and hb=SEQ.
+local function admin_tag(comment, job_desc, held, seq)
+    local fields = split_tag(comment) or {}
+    local out = { "managed" }
+    for i = 2, #fields do
+        local key, value = fields[i]:match("^([%a][%w_-]*)=?(.*)$")
+        if key == "preemptible" and value == "" then
+            out[#out + 1] = "preemptible"
+        elseif key == "template" and value:match("^[%w][%w_.-]*$") then
+            out[#out + 1] = "template=" .. value
+        elseif key == "elastic" then
+            local low, high = value:match("^(%d+):(%d+)$")
+            low, high = tonumber(low), tonumber(high)
+            if low and high then
+                high = math.min(high, submitted_nodes(job_desc))
+                if low >= 1 and low <= high then
+                    out[#out + 1] = string.format("elastic=%d:%d", low, high)
+                end
+            end
+        end -- held, hb, ckpt and unknown fields are never copied
     end
     if held then
         out[#out + 1] = HELD_FIELD
     end
-    local text = PREFIX .. table.concat(out, ",")
-    if user ~= nil and user ~= "" then
-        text = text .. SEPARATOR .. user
+    if seq ~= nil then
+        out[#out + 1] = "hb=" .. seq
     end
-    return text
+    return PREFIX .. table.concat(out, ",")
 end
 
 local function slurmopt_submit(job_desc, part_list, submit_uid)
-    local beat = read_heartbeat(HEARTBEAT_PATH, MAX_AGE_S, os.time())
-    if beat == nil or not beat.enforce then
-        return
-    end
     local offset = job_desc.het_job_offset
     if offset ~= nil and offset ~= NO_VAL then
         return
@@ -204,23 +237,27 @@ local function slurmopt_submit(job_desc, part_list, submit_uid)
     if not job_asks_for_gpu(job_desc) then
         return
     end
-    local comment = job_desc.comment
+    local beat = read_heartbeat(HEARTBEAT_PATH, MAX_AGE_S, os.time())
+    local enforcing = beat ~= nil and beat.enforce
     local names = job_partitions(job_desc, part_list)
-    if split_tag(comment) == nil and not in_managed_partition(names, beat.partitions) then
+    local tagged = split_tag(job_desc.comment) ~= nil
+    if not tagged and not (enforcing and in_managed_partition(names, beat.partitions)) then
         return
     end
-    local user_hold = job_desc.priority == 0
-    local new_comment = tagged_comment(comment, not user_hold)
-    -- Comment first: a job held without the marker would never be released.
-    job_desc.comment = new_comment
-    if user_hold then
-        slurm.log_info("slurmopt: tagged user-held job %s of uid %d (partition %s), hold left to the user",
-            tostring(job_desc.name), submit_uid, table.concat(names, ","))
+    local hold = enforcing and job_desc.priority ~= 0
+    local previous = job_desc.admin_comment
+    local text = admin_tag(job_desc.comment, job_desc, hold, enforcing and beat.seq or nil)
+    if previous ~= nil and previous ~= "" then
+        text = text .. SEPARATOR .. previous
+    end
+    -- Admin comment first: a job held without the marker would never be released.
+    job_desc.admin_comment = text
+    if not hold then
         return
     end
     local ok = pcall(function() job_desc.priority = 0 end)
     if not ok then
-        job_desc.comment = comment or ""
+        job_desc.admin_comment = previous or ""
         return
     end
     slurm.log_info("slurmopt: held job %s of uid %d (partition %s) for slurmopt",
@@ -244,6 +281,6 @@ end
 slurmopt_plugin = {
     read_heartbeat = read_heartbeat,
     asks_for_gpu = asks_for_gpu,
-    tagged_comment = tagged_comment,
+    admin_tag = admin_tag,
     submit = slurmopt_submit,
 }

@@ -226,7 +226,7 @@ def priority_order(
     def key(job: Job) -> tuple[bool, int, float, int]:
         prio = overrides.get(job.job_id, job.priority)
         submitted = job.submit_time if job.submit_time is not None else math.inf
-        tier = preemptible_last and is_preemptible_comment(job.comment)
+        tier = preemptible_last and is_preemptible_comment(job.admin_comment)
         return (tier, -prio, submitted, job.job_id)
 
     return sorted(jobs, key=key)
@@ -861,7 +861,7 @@ class _Planner:
         """``(MIN, MAX)`` nodes of an elastic job the planner may start smaller; else None."""
         if not self.policy.elastic or job.required_nodes:
             return None
-        span = elastic_range(job.comment)
+        span = elastic_range(job.admin_comment)
         if span is None or span[0] >= span[1] or not span[0] <= job.node_count <= span[1]:
             return None
         return span

@@ -77,8 +77,8 @@ class PreemptionChoice:
 
 
 def is_preemptible(job: Job) -> bool:
-    """Tagged ``slurmopt:managed,preemptible``."""
-    return is_preemptible_comment(job.comment)
+    """Tagged ``slurmopt:managed,preemptible`` in its admin comment (the owner cannot edit it)."""
+    return is_preemptible_comment(job.admin_comment)
 
 
 def _held_gpus(job: Job, node: str) -> int:
@@ -99,16 +99,27 @@ def lost_work(job: Job, now: float) -> tuple[float, int | None]:
     ack = checkpoint_of(job.comment)
     since = began
     step = None
-    if ack is not None and ack[1] >= began:
+    # The owner writes the acknowledgement: one dated after now is not believed.
+    if ack is not None and began <= ack[1] <= now:
         since, step = ack[1], ack[0]
     return max(0.0, now - since) * job_gpus(job), step
 
 
 def _outranks(preemptor: Job, victim: Job, priorities: Mapping[int, int]) -> bool:
-    if not is_preemptible(preemptor):
-        return True
+    """The preemptor ranks above the victim.
+
+    Priorities are compared whenever both are known (above 0): a preemptible
+    preemptor must rank strictly higher, a non-preemptible one at least as
+    high, so a low-priority job never stops a higher-priority one just for
+    lacking the tag.  A preemptor held since submission has no Slurm
+    priority yet (0): then only the tier decides (non-preemptible over
+    preemptible), as ``docs/preemption.md`` says.
+    """
     mine = priorities.get(preemptor.job_id, preemptor.priority)
-    return mine > priorities.get(victim.job_id, victim.priority)
+    theirs = priorities.get(victim.job_id, victim.priority)
+    if not is_preemptible(preemptor):
+        return mine <= 0 or theirs <= 0 or mine >= theirs
+    return mine > theirs
 
 
 def without(snapshot: ClusterSnapshot, victims: Sequence[Job]) -> ClusterSnapshot:

@@ -131,6 +131,7 @@ class SimCluster:
             time_limit_s=job.time_limit_s,
             submit_time=job.submit_s,
             comment=_comment(job),
+            admin_comment=_comment(job),  # as the job-submit plugin copies it at submission
         )
         self._wait(pending)
         self.durations[job.job_id] = job.duration_s
@@ -141,7 +142,7 @@ class SimCluster:
         job = self.pending.get(job_id)
         if job is None:
             raise SimulationError(f"job {job_id} is not pending")
-        low = (elastic_range(job.comment) or (job.node_count,))[0]
+        low = (elastic_range(job.admin_comment) or (job.node_count,))[0]
         if not low <= len(nodes) <= job.node_count or len(set(nodes)) != len(nodes):
             raise SimulationError(f"job {job_id} needs {job.node_count} nodes, got {nodes}")
         for name in nodes:
@@ -162,7 +163,7 @@ class SimCluster:
             job, state=JobState.RUNNING, nodes=nodes, node_count=len(nodes), start_time=now
         )
         self.running[job_id] = running
-        self.preemptible_running += is_preemptible_comment(job.comment)
+        self.preemptible_running += is_preemptible_comment(job.admin_comment)
         return running
 
     def finish(self, job_id: int, now: float | None = None) -> Job:
@@ -174,7 +175,8 @@ class SimCluster:
     def requeue(self, job_id: int) -> Job:
         """A running job checkpointed and requeued: its GPUs come back, it waits again."""
         job = self._stop(job_id)
-        asked = (elastic_range(job.comment) or (0, job.node_count))[1]  # an elastic job: its MAX
+        # An elastic job waits again for its MAX.
+        asked = (elastic_range(job.admin_comment) or (0, job.node_count))[1]
         pending = replace(job, state=JobState.PENDING, nodes=(), node_count=asked, start_time=None)
         self._wait(pending)
         return pending
@@ -191,7 +193,7 @@ class SimCluster:
             self._set_free(name, self.free[name] + job.gpus_per_node)
         if job.gpus_per_node < self.gpus_per_node:
             self.sub_node_gpus -= job.gpus_per_node * len(job.nodes)
-        self.preemptible_running -= is_preemptible_comment(job.comment)
+        self.preemptible_running -= is_preemptible_comment(job.admin_comment)
         return job
 
     def _set_free(self, name: str, free: int) -> None:

@@ -332,6 +332,7 @@ def parse_job(obj: Mapping[str, Any], source: str = "jobs") -> Job:
         start_time=_epoch(f.number("start_time")),
         end_time=_epoch(f.number("end_time")),
         comment=f.text("comment"),
+        admin_comment=f.text("admin_comment"),
         features=f.text("features"),
         excluded_nodes=tuple(f.hosts("excluded_nodes")),
         required_nodes=tuple(f.hosts("required_nodes")),

@@ -102,6 +102,7 @@ class PyslurmSlurmClient(ScontrolWrites):
             "start_time": job.start_time or 0,
             "end_time": job.end_time or 0,
             "comment": job.comment or "",
+            "admin_comment": getattr(job, "admin_comment", None) or "",
             "features": "&".join(job.constraints or []),
             "required_nodes": job.required_nodes or "",
             "excluded_nodes": job.excluded_nodes or "",

@@ -1,9 +1,13 @@
 """The marker in a job's comment that hands the job to slurmopt: pure, no I/O.
 
-The comment is the one free-text job field every Slurm release keeps,
-that ``sbatch`` sets, that users can see, and that a job-submit plugin,
-``squeue`` and slurmrestd can all read, so the tag lives there and keeps
-the user's own comment after it::
+``slurmopt submit`` writes the tag into the job's comment, the free-text
+field every Slurm release keeps and ``sbatch`` sets.  The owner can edit
+that field at any time, so it grants nothing: the job-submit plugin copies
+the tag at submission into the job's *admin comment*, which only
+administrators, SlurmUser and the plugin can write, and slurmopt acts only
+on the tag it finds there (``held`` and ``hb=SEQ`` are added by the plugin;
+slurmopt's own status text follows the separator).  Both fields share one
+format, keeping the user's own text after the tag::
 
     slurmopt:managed[,preemptible][,elastic=MIN:MAX][,template=NAME][,ckpt=STEP@UNIX]
              [ | USER COMMENT]
@@ -32,6 +36,11 @@ _TEMPLATE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _ELASTIC = re.compile(r"(\d+):(\d+)")
 _CHECKPOINT = re.compile(r"(\d+)@(\d+)")
 CHECKPOINT_FIELD = "ckpt"
+#: Admin-comment field: the job-submit plugin held this job for slurmopt at submission.
+HELD_FIELD = "held"
+#: Admin-comment field: the heartbeat sequence the plugin read when it tagged the job.
+HEARTBEAT_FIELD = "hb"
+_SEQUENCE = re.compile(r"\d{1,19}")
 
 
 class TagError(ValueError):
@@ -170,6 +179,40 @@ def with_checkpoint(comment: str, step: int, at: float) -> str:
     kept = [f for f in body.split(",") if f.partition("=")[0] != CHECKPOINT_FIELD]
     kept.append(f"{CHECKPOINT_FIELD}={step}@{int(at)}")
     return PREFIX + ",".join(kept) + (SEPARATOR + user if sep else "")
+
+
+def _tag_fields(comment: str | None) -> list[str] | None:
+    """The fields of a well-formed tag (``managed`` first), else None."""
+    if not comment or not comment.startswith(PREFIX) or _well_formed_tag(comment) is None:
+        return None
+    return comment[len(PREFIX) :].partition(SEPARATOR)[0].split(",")
+
+
+def has_field(comment: str | None, name: str) -> bool:
+    """The comment's well-formed tag carries the bare field ``name`` (e.g. ``held``)."""
+    return name in (_tag_fields(comment) or ())
+
+
+def heartbeat_stamp(comment: str | None) -> int | None:
+    """The ``hb=SEQ`` the job-submit plugin stamped into a job's admin comment, or None."""
+    for field in _tag_fields(comment) or ():
+        key, _, value = field.partition("=")
+        if key == HEARTBEAT_FIELD and _SEQUENCE.fullmatch(value):
+            return int(value)
+    return None
+
+
+def with_status(admin_comment: str, status: str) -> str:
+    """The admin comment with its text after the tag replaced by ``status``.
+
+    The tag (what the plugin copied at submission: managed, preemptible,
+    elastic, held, hb) is what slurmopt trusts, so it is kept verbatim; an
+    admin comment without a well-formed tag is replaced by ``status`` alone.
+    """
+    if _tag_fields(admin_comment) is None:
+        return status
+    body = admin_comment.partition(SEPARATOR)[0]
+    return body + (SEPARATOR + status if status else "")
 
 
 def checkpoint_of(comment: str | None) -> tuple[int, float] | None:

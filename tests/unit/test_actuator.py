@@ -82,7 +82,7 @@ def test_job_no_longer_held_in_the_snapshot_is_not_touched(tmp_path: Path, store
     client = FakeSlurmClient(two_leaves()[0], [held_job(7)])
     daemon = _daemon(tmp_path, store, client)
     client.crash_on = "comment"  # no-op guard: nothing should comment either
-    client.jobs[7] = held_job(7, reason="JobHeldUser")
+    client.jobs[7] = held_job(7, reason="JobHeldUser", admin_comment="slurmopt:managed")
     daemon.cycle()
     assert client.calls == []
 
@@ -95,14 +95,16 @@ def test_waiting_job_gets_its_reason_as_admin_comment_once(tmp_path: Path, store
         daemon.cycle()
     comments = [c for c in client.calls if c[0] == "comment"]
     assert len(comments) == 1
-    assert comments[0][2].startswith(COMMENT_PREFIX)
+    # The status follows the plugin's tag, which is kept as it was.
+    assert comments[0][2].startswith("slurmopt:managed,held | " + COMMENT_PREFIX)
+    assert client.jobs[7].admin_comment == comments[0][2]
     assert client.count("pin", 7) == 0 and client.held_ids() == [7]
 
 
 def test_waiting_comment_text() -> None:
     text = waiting_comment(Unplaced(1, Reason.WAITS_FOR_RESERVATION, "x", 1_800_000_000.0))
-    assert text.startswith("slurmopt: WAITS_FOR_RESERVATION, expected start 20")
-    assert waiting_comment(Unplaced(1, Reason.RESERVED)) == "slurmopt: RESERVED"
+    assert text.startswith("waits: WAITS_FOR_RESERVATION, expected start 20")
+    assert waiting_comment(Unplaced(1, Reason.RESERVED)) == "waits: RESERVED"
 
 
 def test_job_slurmopt_cannot_place_is_handed_back_to_slurm_once(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,10 +169,13 @@ def test_which_jobs_are_managed() -> None:
     assert not is_managed(plain)
     assert is_managed(plain, ["gpu"]) and is_managed(plain, ["*"])
     assert is_managed(Job(2, JobState.PENDING, partition="cpu,gpu"), ["gpu"])
-    assert is_managed(Job(3, JobState.PENDING, comment="slurmopt:managed | mine"))
-    assert not is_managed(Job(4, JobState.PENDING, comment="slurmopt:bogus"))
-    assert plugin_held(Job(5, JobState.PENDING, comment="slurmopt:managed,held | x"))
-    assert not plugin_held(Job(6, JobState.PENDING, comment="slurmopt:managed | held"))
+    assert is_managed(Job(3, JobState.PENDING, admin_comment="slurmopt:managed | waits: x"))
+    assert not is_managed(Job(4, JobState.PENDING, admin_comment="slurmopt:bogus"))
+    # The owner's own comment grants nothing, however it is tagged.
+    assert not is_managed(Job(7, JobState.PENDING, comment="slurmopt:managed,held"))
+    assert not plugin_held(Job(8, JobState.PENDING, comment="slurmopt:managed,held"))
+    assert plugin_held(Job(5, JobState.PENDING, admin_comment="slurmopt:managed,held | x"))
+    assert not plugin_held(Job(6, JobState.PENDING, admin_comment="slurmopt:managed | held"))
 
 
 # -- the CLI ---------------------------------------------------------------------------------
@@ -200,19 +204,26 @@ def test_disable_releases_only_slurmopt_holds_and_stops_enforcement(
     jobs = [
         held_job(1, comment="slurmopt:managed,held"),
         held_job(2),
-        held_job(3, reason="JobHeldUser"),
-        held_job(4, comment=""),
+        held_job(3, reason="JobHeldUser", admin_comment="slurmopt:managed"),  # owner's hold
+        held_job(4, comment=""),  # an operator's hold on an untagged job
         Job(5, JobState.RUNNING, comment=TAG),
         held_job(6, reason="JobHeldUser", comment="slurmopt:managed,held"),
+        # An operator's hold on a job whose owner tagged its comment afterwards.
+        held_job(7, comment="slurmopt:managed,held", admin_comment=""),
     ]
-    client = FakeSlurmClient(two_leaves()[0], jobs)
+    busy = [dataclasses.replace(n, gpus_alloc=8) for n in two_leaves()[0]]
+    client = FakeSlurmClient(busy, jobs)
     db = f"sqlite:///{tmp_path / 'd.db'}"
+    store = Store.open(db)
+    _daemon(tmp_path, store, client).cycle()  # registers what the plugin held; no room to start
+    store.close()
+    assert client.held_ids() == [1, 2, 4, 6, 7]  # 6: the plugin's hold made an admin hold
     conf = str(_cli_config(tmp_path))
     result = _run(["disable", "--config", conf, "--db", db, "--json"], monkeypatch, client)
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["released"] == [1, 2, 6] and out["disabled"] is True
-    assert client.held_ids() == [4]
+    assert client.held_ids() == [4, 7]
     assert client.jobs[3].reason == "JobHeldUser"
     status = read_heartbeat(tmp_path / "heartbeat", max_age_s=30)
     assert status.fresh and not status.enforcing

@@ -83,6 +83,7 @@ class FakeSlurmClient:
     def set_comment(self, job_id: int, text: str, admin: bool = True) -> None:
         self._enter("comment", job_id)
         self.calls.append(("comment", job_id, text))
+        self._set(job_id, **{"admin_comment" if admin else "comment": text})
 
     def signal(self, job_id: int, signal: str, batch_only: bool = True) -> None:
         raise NotImplementedError
@@ -127,9 +128,26 @@ def node(name: str, alloc: int = 0) -> Node:
     return Node(name=name, state=state, gpus_total=8, gpus_alloc=alloc, partitions=("gpu",))
 
 
+def plugin_tag(comment: str) -> str:
+    """The admin comment the job-submit plugin writes for a job whose comment is ``comment``.
+
+    A slurmopt tag is copied with the plugin's ``held`` marker; anything else
+    gives no admin comment (the plugin would not have held the job).
+    """
+    if not comment.startswith(TAG):
+        return ""
+    body = comment.partition(" | ")[0]
+    return body if "held" in body.split(",") else f"{body},held"
+
+
 def held_job(job_id: int, nodes: int = 1, gpus: int = 8, **kw: Any) -> Job:
-    """A managed job held by slurmopt (tagged, admin hold, priority 0)."""
+    """A managed job held by slurmopt (tagged, admin hold, priority 0).
+
+    ``comment`` is the owner's; the admin comment is what the plugin wrote
+    for it (:func:`plugin_tag`) unless ``admin_comment`` is given.
+    """
     kw.setdefault("comment", TAG)
+    kw.setdefault("admin_comment", plugin_tag(kw["comment"]))
     kw.setdefault("submit_time", SUBMIT + job_id)
     kw.setdefault("reason", "JobHeldAdmin")
     return Job(

@@ -77,7 +77,7 @@ def _snapshot(*jobs: Job, nodes: list[Node] | None = None) -> ClusterSnapshot:
 
 
 BASE_JOBS = (
-    _running(1, "a0", 8, 30.0, comment=TAG),
+    _running(1, "a0", 8, 30.0, admin_comment=TAG),
     _running(2, "a1", 3, 5.0),
     held_job(7),
     Job(job_id=8, state=JobState.PENDING, partition="gpu", node_count=1, gpus_per_node=2),

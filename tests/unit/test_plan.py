@@ -354,7 +354,7 @@ def _elastic_case(frees_in: float | None, free: int = 6) -> tuple[object, object
     nodes, jobs, fabric = busy_leaves({"leafA": free})
     if frees_in is not None:
         jobs = [running(j.job_id, j.nodes, ends_in=frees_in) for j in jobs]
-    job = pending(1, nodes=8, comment=format_comment(JobTag(elastic=(4, 8))))
+    job = pending(1, nodes=8, admin_comment=format_comment(JobTag(elastic=(4, 8))))
     return snapshot(nodes, [*jobs, job]), fabric
 
 
@@ -394,6 +394,6 @@ def test_elastic_job_set_smaller_is_still_planned_from_its_maximum() -> None:
     from slurmopt.submit.tag import JobTag, format_comment
 
     nodes, _, fabric = busy_leaves({"leafA": 8})
-    job = pending(1, nodes=6, comment=format_comment(JobTag(elastic=(4, 8))))
+    job = pending(1, nodes=6, admin_comment=format_comment(JobTag(elastic=(4, 8))))
     start = _starts(plan(snapshot(nodes, [job]), fabric))[1]
     assert len(start.nodes) == 8 and start.reason is Reason.GANG_FEWEST_LEAVES

@@ -34,7 +34,7 @@ LUA = next((shutil.which(n) for n in ("lua5.1", "lua5.3", "lua") if shutil.which
 def test_render_bakes_path_and_age_in_once() -> None:
     out = render_plugin(read_source(), "/run/slurmopt/heartbeat", 30.0)
     assert '\nlocal HEARTBEAT_PATH = "/run/slurmopt/heartbeat"\n' in out
-    assert '\nlocal MAX_AGE_S = tonumber("30") or 30\n' in out
+    assert '\nlocal MAX_AGE_S = math.min(tonumber("30") or 30, 3600)\n' in out
     assert "@SLURMOPT_" not in out
     assert MARKER in out
 

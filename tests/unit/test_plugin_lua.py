@@ -49,6 +49,7 @@ local rc = slurm_job_submit(job, PARTS, 1000)
 print(rc)
 print(fields.priority)
 print(fields.comment == nil and "<nil>" or fields.comment)
+print(fields.admin_comment == nil and "<nil>" or fields.admin_comment)
 for _, line in ipairs(logs) do print(line) end
 """
 
@@ -83,7 +84,8 @@ class FakeController:
         explode_on_write: str = "",
         parts: dict[str, Any] | None = None,
         **job: Any,
-    ) -> tuple[int, int, str | None, list[str]]:
+    ) -> tuple[int, int, str | None, str | None, list[str]]:
+        """``(rc, priority, comment, admin_comment, log lines)`` after the plugin ran."""
         fields = {"priority": NO_VAL, "het_job_offset": NO_VAL, **job}
         if parts is None:
             parts = {"gpu": {"flag_default": 1}, "cpu": {"flag_default": 0}}
@@ -103,12 +105,28 @@ class FakeController:
             check=False,
         )
         assert proc.returncode == 0, proc.stderr
-        rc, priority, comment, *logs = proc.stdout.splitlines()
-        return int(rc), int(float(priority)), None if comment == "<nil>" else comment, logs
+        rc, priority, comment, admin, *logs = proc.stdout.splitlines()
+        return (
+            int(rc),
+            int(float(priority)),
+            None if comment == "<nil>" else comment,
+            None if admin == "<nil>" else admin,
+            logs,
+        )
 
-    def beat(self, enforce: bool = True, partitions: tuple[str, ...] = ("gpu",), age: float = 0):
+    def beat(
+        self,
+        enforce: bool = True,
+        partitions: tuple[str, ...] = ("gpu",),
+        age: float = 0,
+        seq: int = 7,
+    ) -> None:
         write_heartbeat(
-            self.heartbeat, enforce, now=time.time() - age, managed_partitions=partitions
+            self.heartbeat,
+            enforce,
+            now=time.time() - age,
+            managed_partitions=partitions,
+            seq=seq,
         )
 
 
@@ -120,18 +138,21 @@ def ctld(tmp_path: Path) -> FakeController:
 GPU_JOB = {"partition": "gpu", "tres_per_node": "gres:gpu:1"}
 
 
-def test_managed_partition_gpu_job_is_held_and_tagged(ctld: FakeController) -> None:
-    ctld.beat()
-    rc, priority, comment, logs = ctld.submit(**GPU_JOB, comment="my run")
-    assert (rc, priority, comment) == (0, 0, "slurmopt:managed,held | my run")
+def test_managed_partition_gpu_job_is_held_and_tagged_in_the_admin_comment(
+    ctld: FakeController,
+) -> None:
+    ctld.beat(seq=41)
+    rc, priority, comment, admin, logs = ctld.submit(**GPU_JOB, comment="my run")
+    assert (rc, priority, comment) == (0, 0, "my run")  # the owner's comment is untouched
+    assert admin == "slurmopt:managed,held,hb=41"
     assert len(logs) == 1 and logs[0].startswith("info: slurmopt: held job")
 
 
 def test_default_partition_counts_when_none_is_given(ctld: FakeController) -> None:
     ctld.beat()
-    assert ctld.submit(tres_per_job="gres:gpu:2")[1:3] == (0, "slurmopt:managed,held")
+    assert ctld.submit(tres_per_job="gres:gpu:2")[1:4] == (0, None, "slurmopt:managed,held,hb=7")
     ctld.beat(partitions=("cpu",))
-    assert ctld.submit(tres_per_job="gres:gpu:2")[1:3] == (NO_VAL, None)
+    assert ctld.submit(tres_per_job="gres:gpu:2")[1:4] == (NO_VAL, None, None)
 
 
 def test_any_listed_partition_counts_and_star_means_all(ctld: FakeController) -> None:
@@ -143,20 +164,56 @@ def test_any_listed_partition_counts_and_star_means_all(ctld: FakeController) ->
 
 def test_unmanaged_partition_untagged_job_passes(ctld: FakeController) -> None:
     ctld.beat(partitions=("a100",))
-    assert ctld.submit(**GPU_JOB, comment="x")[:3] == (0, NO_VAL, "x")
+    assert ctld.submit(**GPU_JOB, comment="x")[:4] == (0, NO_VAL, "x", None)
     ctld.beat(partitions=())
-    assert ctld.submit(**GPU_JOB)[:3] == (0, NO_VAL, None)
+    assert ctld.submit(**GPU_JOB)[:4] == (0, NO_VAL, None, None)
 
 
 def test_tagged_job_is_held_whatever_its_partition(ctld: FakeController) -> None:
     ctld.beat(partitions=())
-    rc, priority, comment, _ = ctld.submit(
+    rc, priority, comment, admin, _ = ctld.submit(
         partition="cpu",
         tres_per_task="gres:gpu:1",
+        min_nodes=4,
+        max_nodes=4,
         comment="slurmopt:managed,preemptible,elastic=2:4 | keep | this",
     )
     assert priority == 0
-    assert comment == "slurmopt:managed,preemptible,elastic=2:4,held | keep | this"
+    assert comment == "slurmopt:managed,preemptible,elastic=2:4 | keep | this"
+    assert admin == "slurmopt:managed,preemptible,elastic=2:4,held,hb=7"
+
+
+@pytest.mark.parametrize(
+    ("nodes", "tag", "copied"),
+    [
+        ({"min_nodes": 1, "max_nodes": 1}, "elastic=1:8", "elastic=1:1"),
+        ({"min_nodes": 2, "max_nodes": NO_VAL}, "elastic=1:8", "elastic=1:2"),
+        ({}, "elastic=1:8", "elastic=1:1"),
+        ({"min_nodes": 2, "max_nodes": 2}, "elastic=4:8", None),
+        ({"min_nodes": 8, "max_nodes": 8}, "elastic=2:4", "elastic=2:4"),
+    ],
+)
+def test_elastic_range_never_exceeds_the_submitted_node_count(
+    ctld: FakeController, nodes: dict[str, int], tag: str, copied: str | None
+) -> None:
+    ctld.beat()
+    admin = ctld.submit(**GPU_JOB, **nodes, comment=f"slurmopt:managed,{tag}")[3]
+    assert admin == "slurmopt:managed" + (f",{copied}" if copied else "") + ",held,hb=7"
+
+
+def test_tag_is_copied_without_a_hold_when_not_enforcing(ctld: FakeController) -> None:
+    ctld.beat(enforce=False)
+    rc, priority, comment, admin, _ = ctld.submit(
+        **GPU_JOB, comment="slurmopt:managed,preemptible,held,hb=9,ckpt=3@5,color=red"
+    )
+    assert (rc, priority) == (0, NO_VAL)
+    assert admin == "slurmopt:managed,preemptible"  # no hold, forged and unknown fields dropped
+
+
+def test_an_admins_own_admin_comment_is_kept_after_the_tag(ctld: FakeController) -> None:
+    ctld.beat()
+    admin = ctld.submit(**GPU_JOB, admin_comment="ticket 42")[3]
+    assert admin == "slurmopt:managed,held,hb=7 | ticket 42"
 
 
 @pytest.mark.parametrize(
@@ -188,39 +245,44 @@ def test_gpu_requests_in_any_form_are_held(
 )
 def test_jobs_without_gpus_pass(ctld: FakeController, fields: dict[str, str]) -> None:
     ctld.beat()
-    assert ctld.submit(partition="gpu", comment="slurmopt:managed", **fields)[1:3] == (
+    assert ctld.submit(partition="gpu", comment="slurmopt:managed", **fields)[1:4] == (
         NO_VAL,
         "slurmopt:managed",
+        None,
     )
 
 
 def test_heterogeneous_job_components_pass(ctld: FakeController) -> None:
     ctld.beat()
     for offset in (0, 1):
-        assert ctld.submit(**GPU_JOB, het_job_offset=offset)[1:3] == (NO_VAL, None)
+        assert ctld.submit(**GPU_JOB, het_job_offset=offset)[1:4] == (NO_VAL, None, None)
 
 
 def test_user_hold_stays_a_user_hold_and_a_forged_marker_is_dropped(
     ctld: FakeController,
 ) -> None:
     ctld.beat()
-    rc, priority, comment, logs = ctld.submit(
+    rc, priority, comment, admin, logs = ctld.submit(
         **GPU_JOB, priority=0, comment="slurmopt:managed,held"
     )
-    assert (rc, priority, comment) == (0, 0, "slurmopt:managed")
-    assert "user-held" in logs[0]
+    assert (rc, priority, comment) == (0, 0, "slurmopt:managed,held")
+    assert admin == "slurmopt:managed,hb=7"
+    assert logs == []
 
 
 def test_copied_marker_is_not_doubled(ctld: FakeController) -> None:
     ctld.beat()
-    comment = ctld.submit(**GPU_JOB, comment="slurmopt:managed,held,preemptible | u")[2]
-    assert comment == "slurmopt:managed,preemptible,held | u"
+    admin = ctld.submit(**GPU_JOB, comment="slurmopt:managed,held,preemptible | u")[3]
+    assert admin == "slurmopt:managed,preemptible,held,hb=7"
 
 
-def test_malformed_tag_is_the_users_comment(ctld: FakeController) -> None:
-    ctld.beat()
-    comment = ctld.submit(**GPU_JOB, comment="slurmopt:bogus")[2]
-    assert comment == "slurmopt:managed,held | slurmopt:bogus"
+def test_malformed_tag_grants_nothing(ctld: FakeController) -> None:
+    ctld.beat(partitions=())
+    assert ctld.submit(**GPU_JOB, comment="slurmopt:bogus")[1:4] == (
+        NO_VAL,
+        "slurmopt:bogus",
+        None,
+    )
 
 
 @pytest.mark.parametrize(
@@ -233,6 +295,7 @@ def test_malformed_tag_is_the_users_comment(ctld: FakeController) -> None:
         "version=2\ntime={now}\nenforce=1\npartitions=gpu\n",
         "version=1\ntime={now}\nenforce=yes\npartitions=gpu\n",
         "version=1\ntime={now}\nenforce=1\npid=x\npartitions=gpu\n",
+        "version=1\ntime={now}\nenforce=1\nseq=1e3\npartitions=gpu\n",
         "version=1\ntime={now}\nenforce=1\npartitions=gpu\nholder=\xe9\n",
         "x" * 5000,
     ],
@@ -242,7 +305,7 @@ def test_bad_heartbeat_fails_open(ctld: FakeController, heartbeat: str | None) -
         ctld.heartbeat.write_bytes(
             heartbeat.replace("{now}", str(int(time.time()))).encode("latin-1")
         )
-    assert ctld.submit(**GPU_JOB)[:3] == (0, NO_VAL, None)
+    assert ctld.submit(**GPU_JOB)[:4] == (0, NO_VAL, None, None)
 
 
 def test_stale_or_future_or_observing_heartbeat_fails_open(ctld: FakeController) -> None:
@@ -265,15 +328,17 @@ def test_heartbeat_with_comments_and_unknown_keys_is_read(ctld: FakeController) 
 
 def test_lua_error_while_reading_the_job_passes_it_through(ctld: FakeController) -> None:
     ctld.beat()
-    rc, priority, comment, logs = ctld.submit(**GPU_JOB, explode_on_read="tres_per_node")
-    assert (rc, priority, comment) == (0, NO_VAL, None)
+    rc, priority, comment, admin, logs = ctld.submit(**GPU_JOB, explode_on_read="tres_per_node")
+    assert (rc, priority, comment, admin) == (0, NO_VAL, None, None)
     assert logs and logs[0].startswith("error: slurmopt: job_submit.lua error, job passed through")
 
 
-def test_failed_hold_restores_the_comment(ctld: FakeController) -> None:
+def test_failed_hold_restores_the_admin_comment(ctld: FakeController) -> None:
     ctld.beat()
-    rc, priority, comment, _ = ctld.submit(**GPU_JOB, comment="mine", explode_on_write="priority")
-    assert (rc, priority, comment) == (0, NO_VAL, "mine")
+    rc, priority, comment, admin, _ = ctld.submit(
+        **GPU_JOB, comment="mine", admin_comment="theirs", explode_on_write="priority"
+    )
+    assert (rc, priority, comment, admin) == (0, NO_VAL, "mine", "theirs")
 
 
 def test_modify_passes_everything(ctld: FakeController) -> None:

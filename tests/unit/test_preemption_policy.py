@@ -27,7 +27,10 @@ LEAVES = {"a": ["a0", "a1", "a2", "a3"], "b": ["b0", "b1", "b2", "b3"]}
 
 def job(job_id: int, nodes: list[str], comment: str = PRE, started_ago: float = 100.0) -> Job:
     return dataclasses.replace(
-        running(job_id, nodes), comment=comment, start_time=NOW - started_ago
+        running(job_id, nodes),
+        comment=comment,
+        admin_comment=comment.split(",ckpt=")[0],
+        start_time=NOW - started_ago,
     )
 
 
@@ -41,7 +44,7 @@ def test_least_lost_work_wins_and_the_whole_gang_goes() -> None:
         job(1, ["a0", "a1"], started_ago=1000),
         job(2, ["a2", "a3"], comment=PRE + f",ckpt=40@{int(NOW - 5)}", started_ago=1000),
         job(3, ["b0", "b1", "b2", "b3"], comment="slurmopt:managed", started_ago=10),
-        pending(10, nodes=2, comment="slurmopt:managed"),
+        pending(10, nodes=2, admin_comment="slurmopt:managed"),
     ]
     snap = snapshot(full_cluster(jobs), jobs)
     choice = choose_victims(snap, leaf_fabric(LEAVES), 10, NOW)
@@ -59,7 +62,7 @@ def test_fewest_victims_break_a_tie_in_lost_work() -> None:
         job(2, ["a1"], started_ago=50),
         job(3, ["a2", "a3"], started_ago=25),
         job(4, ["b0", "b1", "b2", "b3"], comment="", started_ago=10),
-        pending(10, nodes=2, comment="slurmopt:managed"),
+        pending(10, nodes=2, admin_comment="slurmopt:managed"),
     ]
     snap = snapshot(full_cluster(jobs), jobs)
     choice = choose_victims(snap, leaf_fabric(LEAVES), 10, NOW)
@@ -72,7 +75,7 @@ def test_several_small_victims_when_cheaper_than_one_big() -> None:
         job(2, ["a1"], started_ago=10),
         job(3, ["a2", "a3"], started_ago=1000),
         job(4, ["b0", "b1", "b2", "b3"], comment="", started_ago=10),
-        pending(10, nodes=2, comment="slurmopt:managed"),
+        pending(10, nodes=2, admin_comment="slurmopt:managed"),
     ]
     choice = choose_victims(snapshot(full_cluster(jobs), jobs), leaf_fabric(LEAVES), 10, NOW)
     assert [v.job_id for v in choice.victims] == [1, 2]
@@ -84,7 +87,7 @@ def test_nothing_preemptible_or_not_enough() -> None:
         job(1, ["a0", "a1", "a2", "a3"], comment="slurmopt:managed"),
         job(2, ["b0"]),
         job(3, ["b1", "b2", "b3"], comment=""),
-        pending(10, nodes=2, comment="slurmopt:managed"),
+        pending(10, nodes=2, admin_comment="slurmopt:managed"),
     ]
     snap = snapshot(full_cluster(jobs), jobs)
     choice = choose_victims(snap, leaf_fabric(LEAVES), 10, NOW)
@@ -99,7 +102,7 @@ def test_a_preemptible_job_preempts_only_lower_priority() -> None:
     jobs = [
         job(1, ["a0", "a1", "a2", "a3"]),
         job(2, ["b0", "b1", "b2", "b3"], comment=""),
-        pending(10, nodes=2, comment=PRE),
+        pending(10, nodes=2, admin_comment=PRE),
     ]
     snap = snapshot(full_cluster(jobs), jobs)
     fabric = leaf_fabric(LEAVES)
@@ -154,7 +157,7 @@ def test_planner_orders_preemptible_jobs_after_all_others() -> None:
     def job(job_id: int, priority: int, comment: str = "") -> Job:
         return Job(
             job_id=job_id, state=JobState.PENDING, priority=priority, submit_time=float(job_id),
-            comment=comment,
+            admin_comment=comment,
         )  # fmt: skip
 
     jobs = [job(1, 100, tagged), job(2, 1), job(3, 50, tagged), job(4, 5)]
@@ -202,8 +205,8 @@ def test_first_worth_preempting_serves_the_first_waiting_job_it_pays_for() -> No
         job(1, ["a0", "a1", "a2", "a3"], started_ago=1000),
         job(3, ["b0"], started_ago=1000),
         job(2, ["b1", "b2", "b3"], comment="slurmopt:managed", started_ago=10),
-        pending(10, nodes=2, comment="slurmopt:managed"),
-        pending(11, nodes=2, comment="slurmopt:managed"),
+        pending(10, nodes=2, admin_comment="slurmopt:managed"),
+        pending(11, nodes=2, admin_comment="slurmopt:managed"),
     ]
     snap = snapshot(full_cluster(jobs), jobs)
     fabric = leaf_fabric(LEAVES)

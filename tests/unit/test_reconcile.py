@@ -202,7 +202,8 @@ def test_waiting_job_released_by_someone_else_is_left_to_slurm(
 
 
 def test_user_hold_is_never_registered_nor_released(tmp_path: Path, store: Store) -> None:
-    client, daemon = _setup(tmp_path, store, [held_job(7, reason="JobHeldUser")])
+    user = held_job(7, reason="JobHeldUser", admin_comment="slurmopt:managed")
+    client, daemon = _setup(tmp_path, store, [user])
     daemon.cycle()
     assert client.calls == []
     with store.begin() as session:
