@@ -13,19 +13,26 @@ The daemon's mode, decided afresh each cycle::
       STANDBY      --enforce, but another daemon holds the lease: logs only
       DISABLED     --enforce and lease held, but ``slurmopt disable`` is on: advisory
       ENFORCING    --enforce, lease held, switch off, snapshot complete: acts
+      DEGRADED     as ENFORCING, but enforcement is not proven (no plugin loaded,
+                   heartbeat unwritable, jobs not stamped): says so, still acts
       UNAVAILABLE  the snapshot failed: acts on nothing, heartbeat enforce=0,
                    retries after an exponential back-off (capped), then any of the above
     any mode --(SIGTERM/SIGINT: current cycle finishes)--> STOPPED
                  (heartbeat enforce=0, lease released, systemd told STOPPING)
 
 The heartbeat says ``enforce=1`` only in ENFORCING, so the job-submit plugin
-holds new jobs only while a daemon is there to release them.
+holds new jobs only while a daemon is there to release them.  Only the
+lease holder writes it (a standby or advisory daemon never does), and every
+store transition and Slurm write of the holder is fenced by the lease's
+token (:mod:`slurmopt.daemon.fenced`): a holder that lost the lease stops
+mid-cycle and acts on nothing more.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -34,11 +41,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
+from pathlib import Path
 from types import FrameType
 
 from slurmopt.config import Config
 from slurmopt.daemon import notify
 from slurmopt.daemon.actuator import ActResult, Actuator
+from slurmopt.daemon.fenced import FencedClient
 from slurmopt.daemon.heartbeat import write_heartbeat
 from slurmopt.daemon.managed import (
     is_managed,
@@ -46,11 +55,13 @@ from slurmopt.daemon.managed import (
     planning_priorities,
 )
 from slurmopt.daemon.preempt import Preempter, PreemptionSettings, PreemptResult
+from slurmopt.daemon.proof import StampWatch, plugin_configured, preflight
 from slurmopt.daemon.reconcile import (
     Reconciler,
     ReconcileResult,
     live_records,
 )
+from slurmopt.daemon.status import DaemonStatus, encode
 from slurmopt.daemon.switch import read_switch
 from slurmopt.errors import SlurmoptError, SlurmResponseError, SlurmUnavailable
 from slurmopt.fabric import Fabric
@@ -59,7 +70,7 @@ from slurmopt.model import ClusterSnapshot, Job
 from slurmopt.policy.fragmentation import fragmentation_report
 from slurmopt.policy.plan import Plan, Policy, plan
 from slurmopt.slurm.base import SlurmClient
-from slurmopt.store import ManagedJob, Store
+from slurmopt.store import Fence, LeaseLost, ManagedJob, Store
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +82,10 @@ BEAT_NAME = "daemon"
 BACKOFF_CAP_S = 30.0
 #: Shortest lease: long enough to outlast one slow cycle on a loaded controller.
 MIN_LEASE_TTL_S = 10.0
+#: A cycle running longer than this gets no watchdog pings (every Slurm call has timed out).
+STUCK_CYCLE_S = 600.0
+#: Seconds between reads of the live configuration (``scontrol show config``) while enforcing.
+CONFIG_CHECK_S = 60.0
 
 FabricLoader = Callable[[SlurmClient, ClusterSnapshot], Fabric]
 
@@ -83,6 +98,7 @@ class Mode(StrEnum):
     STANDBY = "standby"
     DISABLED = "disabled"
     ENFORCING = "enforcing"
+    DEGRADED = "degraded"
     UNAVAILABLE = "unavailable"
     STOPPED = "stopped"
 
@@ -101,9 +117,29 @@ class CycleResult:
     notes: list[str] = field(default_factory=list)
 
 
+#: When this process started (wall clock): part of its holder identity.
+_STARTED = time.time()
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    except OSError:
+        return "noboot"
+
+
 def default_holder() -> str:
-    """``host:pid``: names this process in the lease and the heartbeat."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """``host:pid:boot:start``: names this process in the lease and the heartbeat.
+
+    The boot id and start time keep two processes apart even when a pid is
+    reused, after a reboot or on another host of the same name.
+    """
+    return f"{socket.gethostname()}:{os.getpid()}:{_boot_id()}:{int(_STARTED)}"
+
+
+def _shape(text: str) -> str:
+    """A log line with its numbers blanked: repeats are told apart by content, not counts."""
+    return re.sub(r"\d+(\.\d+)?", "#", text)
 
 
 def discover_fabric(config: Config) -> FabricLoader:
@@ -153,8 +189,9 @@ class Daemon:
         self.metrics = metrics or DaemonMetrics(config.managed_partitions)
         client = self.metrics.instrument(client)  # every Slurm call below is counted
         self.config = config
-        self.client = client
         self.store = store
+        # Every write checks the lease's fencing token first (a no-op while no fence is set).
+        self.client: SlurmClient = FencedClient(client, store.guard)
         self.holder = holder or default_holder()
         self.clock = clock
         self.fabric_loader = fabric_loader or discover_fabric(config)
@@ -170,15 +207,28 @@ class Daemon:
         self.stopping = threading.Event()
         self._cycle_lock = threading.Lock()
         self._last_lines: dict[int, str] = {}
+        #: The lease's fence while this process holds it (None: it must not act).
+        self.fence: Fence | None = None
+        self.stamps = StampWatch()
+        #: Why enforcement is not proven (empty: it is), and the last time each was said.
+        self.reasons: list[str] = []
+        self._said: dict[str, str] = {}
+        self._config_checked_at = -CONFIG_CHECK_S
+        self._config_problem: str | None = None
+        self._heartbeat_problem: str | None = None
+        self._cycle_started = 0.0
+        self._cycle_wall = 0.0
         self.reconciler = Reconciler(
             store,
-            client,
+            self.client,
             self.managed_partitions,
             config.pin_timeout_s,
             may_hold=self._may_act_now,
         )
-        self.actuator = Actuator(store, client, self.managed_partitions)
-        self.preempter = Preempter(store, client, PreemptionSettings.from_config(config))
+        self.actuator = Actuator(store, self.client, self.managed_partitions)
+        self.preempter = Preempter(
+            store, self.client, PreemptionSettings.from_config(config), metrics=self.metrics
+        )
 
     # -- permission to act -------------------------------------------------------------------
     def _disabled(self) -> bool:
@@ -188,13 +238,68 @@ class Daemon:
         """Still enforcing: not stopping, the switch is off, the lease is still ours."""
         if self.stopping.is_set() or not self.config.enforce or self._disabled():
             return False
-        return self.store.renew_lease(LEASE_NAME, self.holder, self.lease_ttl_s, self.clock())
+        if self.fence is None:
+            return False
+        try:
+            self.store.guard()
+        except LeaseLost:
+            return False
+        return True
+
+    def _say(self, key: str, level: int, text: str) -> None:
+        """Log ``text`` once per change of its content (numbers aside) under ``key``."""
+        if self._said.get(key) != _shape(text):
+            self._said[key] = _shape(text)
+            log.log(level, "%s", text)
+
+    def _take_lease(self, now: float) -> bool:
+        """Acquire or keep the lease; a new fencing token makes a new fence."""
+        token = self.store.acquire_token(LEASE_NAME, self.holder, self.lease_ttl_s, now)
+        if token is None:
+            self._drop_fence()
+            return False
+        if self.fence is None or self.fence.token != token:
+            self.fence = Fence(LEASE_NAME, self.holder, token, self.lease_ttl_s, self.clock)
+            self.store.fence = self.fence
+            log.info("holding the enforcer lease (fencing token %d)", token)
+            lease_acquired = getattr(self.metrics, "lease_acquired", None)
+            if lease_acquired is not None:
+                lease_acquired()
+        return True
+
+    def _drop_fence(self) -> None:
+        self.fence = None
+        self.store.fence = None
+
+    def preflight(self) -> None:
+        """Before the first cycle of ``--enforce``: exit 78 when enforcement cannot work.
+
+        See :mod:`slurmopt.daemon.proof`; Slurm being unreachable now is not
+        an error (the first cycles back off; the stamps prove the plugin later).
+        """
+        if not self.config.enforce:
+            return
+        live: dict[str, str] | None = None
+        read = getattr(self.client, "slurm_config", None)
+        if read is not None:
+            try:
+                live = read()
+            except (SlurmUnavailable, SlurmResponseError) as exc:
+                log.warning("cannot read the live configuration now (%s); checked later", exc)
+        preflight(self.config.heartbeat_path, live)
 
     # -- outputs -------------------------------------------------------------------------------
     def write_heartbeat(self, enforce: bool, now: float) -> None:
-        """Rewrite the heartbeat file; a failure is logged (the plugin then fails open)."""
+        """Rewrite the heartbeat file, only as the lease holder; a failure makes us degraded.
+
+        A standby, an advisory daemon or one that lost the lease never writes
+        it, so it cannot overwrite the acting daemon's ``enforce=1``.
+        """
+        if self.fence is None:
+            return
         if enforce and self._disabled():
             enforce = False
+        seq = self.stamps.next_seq(now)
         try:
             write_heartbeat(
                 self.config.heartbeat_path,
@@ -202,15 +307,58 @@ class Daemon:
                 now=now,
                 holder=self.holder,
                 managed_partitions=self.managed_partitions,
+                seq=seq,
             )
         except OSError as exc:
-            log.error("cannot write heartbeat %s: %s", self.config.heartbeat_path, exc)
+            self._heartbeat_problem = (
+                f"cannot write heartbeat {self.config.heartbeat_path}: {exc.strerror or exc}"
+            )
+            self._say("heartbeat", logging.ERROR, self._heartbeat_problem)
+            self.stamps.wrote(seq, now, False)
+            return
+        if self._heartbeat_problem is not None:
+            log.info("heartbeat %s written again", self.config.heartbeat_path)
+            self._said.pop("heartbeat", None)
+        self._heartbeat_problem = None
+        self.stamps.wrote(seq, now, enforce)
 
-    def _beat(self, now: float, detail: str) -> None:
+    def _beat(self, now: float, mode: Mode, summary: str) -> None:
+        """Record this cycle's :class:`DaemonStatus` in the store (for ``slurmopt status``)."""
+        from slurmopt import __version__
+
+        status = DaemonStatus(
+            mode=str(mode),
+            holder=self.holder,
+            enforce_requested=self.config.enforce,
+            reasons=tuple(self.reasons),
+            cycle_at=self._cycle_started or now,
+            cycle_s=max(0.0, self.clock() - self._cycle_started) if self._cycle_started else None,
+            heartbeat_path=self.config.heartbeat_path,
+            heartbeat_seq=self.stamps.last_seq or None,
+            plugin_seq_seen=self.stamps.seen,
+            fencing_token=self.fence.token if self.fence else None,
+            summary=summary[:1000],
+            version=__version__,
+        )
         try:
-            self.store.beat(BEAT_NAME, self.holder, now, detail=detail[:1000])
+            self.store.beat(BEAT_NAME, self.holder, now, detail=encode(status))
         except SlurmoptError as exc:
             log.error("cannot record the daemon's state: %s", exc)
+
+    def _prove(self, snapshot: ClusterSnapshot, now: float) -> list[str]:
+        """Why enforcement is not proven this cycle (see :mod:`slurmopt.daemon.proof`)."""
+        read = getattr(self.client, "slurm_config", None)
+        if read is not None and now - self._config_checked_at >= CONFIG_CHECK_S:
+            self._config_checked_at = now
+            try:
+                self._config_problem = plugin_configured(read())
+            except (SlurmUnavailable, SlurmResponseError) as exc:
+                self._config_problem = f"cannot read the live configuration: {exc}"
+        reasons = [r for r in (self._config_problem, self._heartbeat_problem) if r]
+        stamp = self.stamps.check(snapshot, self.managed_partitions)
+        if stamp is not None:
+            reasons.append(stamp)
+        return reasons
 
     # -- the cycle -----------------------------------------------------------------------------
     def cycle(self) -> CycleResult:
@@ -218,9 +366,22 @@ class Daemon:
         with self._cycle_lock:
             if self.stopping.is_set():
                 return CycleResult(self.mode)
-            result = self._cycle()
+            self._cycle_started = self.clock()
+            self._cycle_wall = time.time()
+            try:
+                result = self._cycle()
+            except LeaseLost as exc:
+                # Another daemon holds the lease now: stop here, act on nothing more.
+                self._drop_fence()
+                self._say("lease", logging.WARNING, f"lost the lease mid-cycle: {exc}")
+                result = CycleResult(Mode.STANDBY, error=str(exc))
         self.mode = result.mode
         self.metrics.observe_cycle(result, self.clock())
+        set_mode = getattr(self.metrics, "set_mode", None)
+        set_degraded = getattr(self.metrics, "set_degraded", None)
+        if set_mode is not None and set_degraded is not None:
+            set_mode(str(result.mode))
+            set_degraded(list(self.reasons))
         notify.watchdog()
         if result.mode is not Mode.UNAVAILABLE and not self.ready_sent:
             self.ready_sent = notify.ready() or True
@@ -232,15 +393,12 @@ class Daemon:
         if now < self.retry_at:
             self.write_heartbeat(False, now)
             return CycleResult(Mode.UNAVAILABLE, error=f"backing off until {self.retry_at:.0f}")
-        standby = False
-        if self.config.enforce:
-            if not self.store.acquire_lease(LEASE_NAME, self.holder, self.lease_ttl_s, now):
-                standby = True
-                lease = self.store.lease(LEASE_NAME)
-                who = f"{lease.holder} until {lease.expires_at:.0f}" if lease else "another daemon"
-                if self.mode is not Mode.STANDBY:
-                    log.info("standby: the enforcer lease is held by %s", who)
-                return CycleResult(Mode.STANDBY, notes=[f"lease held by {who}"])
+        if self.config.enforce and not self._take_lease(now):
+            lease = self.store.lease(LEASE_NAME)
+            who = f"{lease.holder} until {lease.expires_at:.0f}" if lease else "another daemon"
+            if self.mode is not Mode.STANDBY:
+                log.info("standby: the enforcer lease is held by %s", who)
+            return CycleResult(Mode.STANDBY, notes=[f"lease held by {who}"])
         disabled = self._disabled()
         try:
             snapshot = self.client.snapshot()
@@ -253,7 +411,7 @@ class Daemon:
             log.info("Slurm answers again after %d failed attempts; resuming", self.failures)
             self.failures = 0
             self.retry_at = 0.0
-        acting = self.config.enforce and not disabled and not standby
+        acting = self.config.enforce and not disabled
         mode = (
             Mode.ENFORCING if acting else (Mode.DISABLED if self.config.enforce else Mode.ADVISORY)
         )
@@ -267,8 +425,9 @@ class Daemon:
         delay = min(self.config.interval_s * 2 ** (self.failures - 1), self.backoff_cap_s)
         self.retry_at = now + delay
         detail = f"Slurm unavailable, acting on nothing: {exc}; retry in {delay:.0f} s"
-        log.warning("%s", detail)
-        self._beat(now, f"{Mode.UNAVAILABLE}: {detail}")
+        self._say("unavailable", logging.WARNING, detail)
+        self.reasons = [f"Slurm unavailable: {exc}"] if self.config.enforce else []
+        self._beat(now, Mode.UNAVAILABLE, detail)
         self.write_heartbeat(False, now)
         return CycleResult(Mode.UNAVAILABLE, error=str(exc))
 
@@ -315,12 +474,21 @@ class Daemon:
         self.metrics.observe_plan(result.plan, duration)
         self._log_decisions(result.plan, mode)
         if acting:
+            self.reasons = self._prove(snapshot, now)
+            if self.reasons:
+                result.mode = Mode.DEGRADED
+                self._say("degraded", logging.WARNING, "degraded: " + "; ".join(self.reasons))
+            elif self._said.pop("degraded", None) is not None:
+                log.info("enforcement proven again: no longer degraded")
+        else:
+            self.reasons = []
+        if acting:
             age = self.clock() - snapshot.taken_at
             if age > max(2 * self.config.interval_s, 10.0):
                 result.notes.append(f"snapshot {age:.0f} s old by planning's end; not acting")
                 log.warning("snapshot is %.0f s old; acting on nothing this cycle", age)
             elif not self._may_act_now():
-                result.mode = Mode.DISABLED
+                result.mode = Mode.STANDBY if self.fence is None else Mode.DISABLED
                 log.warning("lost the lease or disabled during the cycle; acting on nothing")
             else:
                 result.acted = self.actuator.apply(
@@ -342,8 +510,8 @@ class Daemon:
             f"{len(result.plan.reservations)} reservations, {len(result.plan.unplaced)} waiting"
         )
         result.notes.append(summary)
-        self._beat(now, f"{result.mode}: {summary}")
-        self.write_heartbeat(result.mode is Mode.ENFORCING, now)
+        self.write_heartbeat(result.mode in (Mode.ENFORCING, Mode.DEGRADED), now)
+        self._beat(now, result.mode, summary)
         return result
 
     def _switch_off(self) -> bool:
@@ -387,8 +555,26 @@ class Daemon:
             log.exception("cycle failed")
             self.write_heartbeat(False, self.clock())
 
+    def _cycle_stuck(self) -> bool:
+        """The cycle in flight has run past every Slurm call's timeout: let systemd restart us."""
+        return self._cycle_lock.locked() and time.time() - self._cycle_wall > STUCK_CYCLE_S
+
+    def _watchdog_pings(self, every_s: float) -> None:
+        """Ping systemd's watchdog between and during cycles, so a slow ``squeue`` is not death.
+
+        A cycle stuck longer than :data:`STUCK_CYCLE_S` gets no more pings.
+        """
+        while not self.stopping.wait(every_s):
+            if not self._cycle_stuck():
+                notify.watchdog()
+
     def run_forever(self) -> None:
-        """Cycle every ``interval_s`` until SIGTERM or SIGINT, then stop cleanly."""
+        """Cycle every ``interval_s`` until SIGTERM or SIGINT, then stop cleanly.
+
+        The signal handlers stay in place until the stop is finished: a second
+        SIGTERM during shutdown is logged, not fatal, so no file or row is left
+        half-written.
+        """
         from apscheduler.schedulers.blocking import BlockingScheduler
 
         scheduler = BlockingScheduler(timezone=UTC)
@@ -404,11 +590,20 @@ class Daemon:
         )
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
-            log.info("%s: finishing the current cycle, then stopping", signal.Signals(signum).name)
+            name = signal.Signals(signum).name
+            if self.stopping.is_set():
+                log.info("%s: already stopping", name)
+                return
+            log.info("%s: finishing the current cycle, then stopping", name)
             self.stopping.set()
             scheduler.shutdown(wait=False)
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        every = notify.watchdog_interval_s()
+        if every:
+            threading.Thread(
+                target=self._watchdog_pings, args=(every,), name="watchdog", daemon=True
+            ).start()
         mode = "enforce" if self.config.enforce else "advisory"
         log.info(
             "starting as %s (%s mode, every %g s, db %s)",
@@ -420,9 +615,11 @@ class Daemon:
         try:
             scheduler.start()
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            self.shutdown()
+            try:
+                self.shutdown()
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
 
     def shutdown(self, notify_systemd: bool = True) -> None:
         """Finish the cycle in flight, then heartbeat enforce=0 and give up the lease."""
@@ -431,6 +628,7 @@ class Daemon:
         self.stopping.set()
         with self._cycle_lock:
             self.write_heartbeat(False, self.clock())
+            self._drop_fence()
             if self.config.enforce:
                 try:
                     self.store.release_lease(LEASE_NAME, self.holder)

@@ -37,8 +37,9 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from slurmopt.config import Config
@@ -146,15 +147,26 @@ class PreemptResult:
     failed: dict[int, str] = field(default_factory=dict)
 
 
+class PreemptionMetrics(Protocol):
+    """Where the preempter reports each ended preemption (``DaemonMetrics`` does)."""
+
+    def record_preemption(self, outcome: str, ack_seconds: float | None = None) -> None: ...
+
+
 class Preempter:
     """Starts and advances preemptions; see the module docstring for the states."""
 
     def __init__(
-        self, store: Store, client: SlurmClient, settings: PreemptionSettings | None = None
+        self,
+        store: Store,
+        client: SlurmClient,
+        settings: PreemptionSettings | None = None,
+        metrics: PreemptionMetrics | None = None,
     ) -> None:
         self.store = store
         self.client = client
         self.settings = settings or PreemptionSettings()
+        self.metrics = metrics
         #: Preemption rows whose signal this process has sent.
         self._sent: set[int] = set()
         #: GPUs each victim held when last seen running (a pending job shows none).
@@ -235,11 +247,43 @@ class Preempter:
             if fresh is not None and fresh.outcome is None:
                 self._close(row.id, CANCELLED if record.state is S.RUNNING else REQUEUED)
 
+    def _believable_ack(self, row: Preemption, job: Job, now: float) -> tuple[int, float] | None:
+        """The job's acknowledgement, if it can be believed for this preemption.
+
+        The owner writes it into the job's comment, so it counts only when it
+        is dated between the signal and now (never in the future) and its step
+        is not below a checkpoint the job acknowledged before.
+        """
+        ack = checkpoint_of(job.comment)
+        if ack is None:
+            return None
+        step, at = ack
+        if not row.signalled_at - ACK_SLACK_S <= at <= now + ACK_SLACK_S:
+            return None
+        with self.store.begin() as session:
+            before = session.scalar(
+                select(func.max(Preemption.checkpoint_step)).where(
+                    Preemption.victim_job_id == row.victim_job_id,
+                    Preemption.id != row.id,
+                    Preemption.checkpoint_step.is_not(None),
+                )
+            )
+        if before is not None and step < before:
+            log.warning(
+                "preemption %d: job %d acknowledged step %d, below its earlier step %d; ignored",
+                row.id,
+                job.job_id,
+                step,
+                before,
+            )
+            return None
+        return ack
+
     def _signalled(
         self, row: Preemption, record: ManagedJob, job: Job, now: float, result: PreemptResult
     ) -> None:
-        ack = checkpoint_of(job.comment)
-        if ack is not None and ack[1] >= row.signalled_at - ACK_SLACK_S:
+        ack = self._believable_ack(row, job, now)
+        if ack is not None:
             step, at = ack
             with self.store.begin() as session:
                 self._transition(
@@ -315,6 +359,8 @@ class Preempter:
             except SlurmCommandError as exc:
                 result.failed[job.job_id] = str(exc)
                 log.warning("preemption %d: requeuehold %d failed: %s", row.id, job.job_id, exc)
+                if self.metrics is not None:
+                    self.metrics.record_preemption("failed")
                 return
             result.requeued.append(job.job_id)
             log.info("preemption %d: job %d requeued held", row.id, job.job_id)
@@ -355,6 +401,12 @@ class Preempter:
             stored.outcome = outcome
             stored.lost_gpu_seconds = max(0.0, now - since) * gpus
         log.info("preemption %d: job %d is waiting again (%s)", row.id, job.job_id, outcome)
+        if self.metrics is not None:
+            acked = row.ack_at is not None
+            self.metrics.record_preemption(
+                "acknowledged" if acked else "not_acknowledged",
+                (row.ack_at - row.signalled_at) if row.ack_at is not None else None,
+            )
 
     # -- starting one ---------------------------------------------------------------------------
     def _start(

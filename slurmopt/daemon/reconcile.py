@@ -12,11 +12,17 @@ for each job the store records as live:
 * running in Slurm: ``running``, whatever was recorded (``waiting`` too:
   someone released it, Slurm started it, slurmopt follows);
 * pending, recorded ``running``: requeued by Slurm, back to ``waiting``;
-* pending and still under slurmopt's hold, recorded ``pinned``: the daemon
-  stopped between recording the pin and the Slurm calls (or someone held
-  it again).  The pin is withdrawn in the store (``pinned -> waiting``, its
-  own key) and the job is planned afresh in this same cycle, so a pin is
-  carried out under a new key at most once more and never twice under one;
+* pending and still under slurmopt's hold, recorded ``pinned``, Slurm
+  showing the recorded nodes: the pin was made but the release was not
+  (the daemon stopped or lost its lease between the two); it is released;
+* pending and still under slurmopt's hold, recorded ``pinned``, nodes not
+  set, for longer than a Slurm call can take (``PIN_IN_FLIGHT_S``): the
+  daemon stopped between recording the pin and the Slurm calls (or someone
+  held it again).  The pin is withdrawn in the store (``pinned -> waiting``,
+  its own key) and the job is planned afresh in this same cycle, so a pin
+  is carried out under a new key at most once more and never twice under
+  one.  Sooner than that the pin may still be in flight from a daemon that
+  lost its lease mid-call, and the job is left alone;
 * pending, released, recorded ``pinned`` for longer than ``pin_timeout_s``:
   Slurm started something else on its nodes.  ``pinned -> waiting`` is
   recorded, then the job is held again, and planned next cycle;
@@ -49,6 +55,7 @@ from slurmopt.daemon.managed import (
     trusted_tag,
 )
 from slurmopt.errors import SlurmCommandError, SlurmoptError
+from slurmopt.hostlist import fold
 from slurmopt.model import ClusterSnapshot, Job, JobState
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.store import (
@@ -70,6 +77,9 @@ S = ManagedJobState
 PIN_TIMEOUT = "pin_timeout"
 #: Reason recorded when a recorded pin is found not carried out (job still held).
 PIN_NOT_APPLIED = "pin_not_applied"
+#: Seconds a recorded pin may still be in flight (longer than any one Slurm call may take):
+#: only after that is a pin that Slurm does not show withdrawn and planned again.
+PIN_IN_FLIGHT_S = 40.0
 
 #: Slurm's end states and the final state each maps to.
 _ENDED: dict[JobState, ManagedJobState] = {
@@ -247,7 +257,19 @@ class Reconciler:
     def _pinned_pending(
         self, record: ManagedJob, job: Job, now: float, result: ReconcileResult
     ) -> None:
+        if held_by_slurmopt(job) and record.nodes and fold(job.required_nodes) == record.nodes:
+            # The pin reached Slurm but the release did not (the daemon stopped, or lost its
+            # lease, between the two): finish this decision instead of pinning again.
+            if self.may_hold():
+                self.client.release(job.job_id)
+                result.touched.add(job.job_id)
+                self._note(result, job.job_id, f"recorded pin to {record.nodes} found; released")
+            return
         if held_by_slurmopt(job):
+            if now - record.updated_at < PIN_IN_FLIGHT_S:
+                # The pin may still be on its way (another daemon's slow call): wait for it.
+                result.touched.add(record.job_id)
+                return
             self._move(
                 result,
                 record,

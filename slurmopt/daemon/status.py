@@ -75,10 +75,12 @@ def decode(text: str, holder: str = "", at: float | None = None) -> DaemonStatus
     except ValueError:
         data = None
     if isinstance(data, dict) and isinstance(data.get("mode"), str):
-        known = {f for f in DaemonStatus.__dataclass_fields__ if f != "extra"}
+        known = set(DaemonStatus.__dataclass_fields__)
         kwargs: dict[str, Any] = {k: v for k, v in data.items() if k in known}
         kwargs["reasons"] = tuple(str(r) for r in kwargs.get("reasons") or ())
-        extra = {k: v for k, v in data.items() if k not in known}
+        extra = kwargs.pop("extra", None)
+        extra = dict(extra) if isinstance(extra, dict) else {}
+        extra.update({k: v for k, v in data.items() if k not in known})
         try:
             return DaemonStatus(**kwargs, extra=extra)
         except TypeError:

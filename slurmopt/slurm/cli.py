@@ -189,6 +189,10 @@ class CliSlurmClient:
             nodes_source=" ".join(nodes_argv),
         )
 
+    def slurm_config(self) -> dict[str, str]:
+        """The running slurmctld's configuration (``scontrol show config``), key to value."""
+        return parse_config_text(self._read(["scontrol", "show", "config"]))
+
     def topology_text(self) -> str | None:
         text = self._read(["scontrol", "show", "topology"])
         # 22.05 prints load errors on stdout with exit 0.
@@ -241,6 +245,16 @@ class CliSlurmClient:
         self._write(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
 
 
+def parse_config_text(text: str) -> dict[str, str]:
+    """``Key = value`` lines of ``scontrol show config`` as a dict (other lines ignored)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
 class ScontrolWrites:
     """Writes (and topology) through a :class:`CliSlurmClient`, for read-only backends.
 
@@ -253,6 +267,9 @@ class ScontrolWrites:
 
     def topology_text(self) -> str | None:
         return self.cli.topology_text()
+
+    def slurm_config(self) -> dict[str, str]:
+        return self.cli.slurm_config()
 
     def hold(self, job_id: int) -> None:
         self.cli.hold(job_id)

@@ -9,9 +9,11 @@ transition is committed before the Slurm call that causes it (see
 from slurmopt.store.db import (
     DEFAULT_URL,
     URL_ENV,
+    Fence,
     IllegalTransition,
     JobIdReused,
     KeyConflict,
+    LeaseLost,
     Store,
     StoreError,
     UnknownJob,
@@ -38,6 +40,8 @@ from slurmopt.store.models import (
 )
 
 __all__ = [
+    "Fence",
+    "LeaseLost",
     "DEFAULT_URL",
     "FINAL_STATES",
     "TRANSITIONS",

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, delete, event, insert, or_, select, update
+from sqlalchemy import Engine, create_engine, delete, event, insert, select, update
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -96,6 +96,74 @@ class JobIdReused(SlurmoptError):
     exit_code = 70  # EX_SOFTWARE
 
 
+class LeaseLost(SlurmoptError):
+    """This process no longer holds the lease its fencing token names: it must not act."""
+
+    exit_code = 75  # EX_TEMPFAIL
+
+
+# -- fencing -------------------------------------------------------------------------------------
+#: Key of :attr:`Session.info` that carries the fence every transition in the session checks.
+FENCE_INFO = "slurmopt.fence"
+
+
+class Fence:
+    """Proof that this process still holds lease ``name`` under fencing ``token``.
+
+    The daemon makes one when it acquires the lease and sets it on the store
+    (:attr:`Store.fence`); from then on every managed-job transition checks
+    it inside its own transaction (a compare on holder, token and expiry),
+    and :meth:`Store.guard` checks and extends it right before each Slurm
+    write.  A holder that paused past its lease, and whose lease another
+    daemon took, fails both checks and acts on nothing.
+    """
+
+    __slots__ = ("clock", "holder", "name", "token", "ttl_s")
+
+    def __init__(
+        self, name: str, holder: str, token: int, ttl_s: float, clock: Callable[[], float]
+    ) -> None:
+        self.name = name
+        self.holder = holder
+        self.token = token
+        self.ttl_s = ttl_s
+        self.clock = clock
+
+    def check(self, session: Session, extend: bool = False) -> None:
+        """Raise :class:`LeaseLost` unless the lease is still ours, unexpired, same token.
+
+        One conditional UPDATE: on PostgreSQL it also locks the lease row
+        until the transaction ends, so a takeover cannot commit in between.
+        """
+        now = self.clock()
+        values: dict[str, Any] = {"token": self.token}
+        if extend:
+            values["expires_at"] = now + self.ttl_s
+        held = session.execute(
+            update(Lease)
+            .where(
+                Lease.name == self.name,
+                Lease.holder == self.holder,
+                Lease.token == self.token,
+                Lease.expires_at > now,
+            )
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+        if held.rowcount != 1:  # type: ignore[attr-defined]
+            raise LeaseLost(
+                f"lease {self.name!r} is no longer held by {self.holder} under token "
+                f"{self.token}: acting on nothing"
+            )
+
+
+def check_fence(session: Session) -> None:
+    """Check the fence the session carries, if any (a no-op for unfenced writers)."""
+    fence = session.info.get(FENCE_INFO)
+    if fence is not None:
+        fence.check(session)
+
+
 # -- URLs ----------------------------------------------------------------------------------------
 def resolve_url(option: str | None = None, environ: Mapping[str, str] | None = None) -> str:
     """The database URL: ``--db`` if given, else ``$SLURMOPT_DB``, else :data:`DEFAULT_URL`."""
@@ -155,6 +223,7 @@ def register_job(
     found = _existing(session, key)
     if found is not None:
         return _same_key(found, job_id, ManagedJobState.WAITING, key)
+    check_fence(session)
     at = time.time() if now is None else now
     job = session.get(ManagedJob, job_id, with_for_update=True)
     if job is not None:
@@ -224,6 +293,7 @@ def transition(
     found = _existing(session, key)
     if found is not None:
         return _same_key(found, job_id, to_state, key)
+    check_fence(session)
     job = session.get(ManagedJob, job_id, with_for_update=True)
     if job is None:
         raise UnknownJob(f"job {job_id} is not a managed job")
@@ -318,6 +388,8 @@ class Store:
         if self.is_sqlite:
             _sqlite_setup(self.engine)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        #: Set by the acting daemon: every transition then checks it (see :class:`Fence`).
+        self.fence: Fence | None = None
 
     @classmethod
     def open(cls, url: str | None = None, *, echo: bool = False) -> Store:
@@ -355,38 +427,74 @@ class Store:
     def begin(self) -> Iterator[Session]:
         """A session in one transaction: committed on success, rolled back on error."""
         with self.sessions.begin() as session:
+            if self.fence is not None:
+                session.info[FENCE_INFO] = self.fence
             yield session
+
+    def guard(self) -> None:
+        """Right before a Slurm write: raise :class:`LeaseLost` unless the fence still holds.
+
+        Also extends the lease, so a long run of writes keeps it.  A no-op
+        when no fence is set (advisory tools, ``slurmopt disable``).
+        """
+        fence = self.fence
+        if fence is None:
+            return
+        with self.sessions.begin() as session:
+            fence.check(session, extend=True)
 
     # -- leases ----------------------------------------------------------------------------
     def acquire_lease(self, name: str, holder: str, ttl_s: float, now: float) -> bool:
-        """Take lease ``name`` for ``holder`` until ``now + ttl_s``; False if another holds it.
+        """Take lease ``name`` for ``holder`` until ``now + ttl_s``; False if another holds it."""
+        return self.acquire_token(name, holder, ttl_s, now) is not None
 
-        Succeeds when the lease is free, expired, or already ``holder``'s (which
-        extends it).  One conditional UPDATE, else one INSERT guarded by the
-        primary key: two daemons racing for it cannot both win.
+    def acquire_token(self, name: str, holder: str, ttl_s: float, now: float) -> int | None:
+        """Take lease ``name`` for ``holder``; its fencing token, or None if another holds it.
+
+        Succeeds when the lease is free, expired, or already ``holder``'s
+        (which extends it and keeps the token).  Passing to a new holder, or
+        back to the same one after it expired, raises the token by one.  One
+        conditional UPDATE, else one INSERT guarded by the primary key: two
+        daemons racing for it cannot both win.
         """
         with self.begin() as session:
+            kept = session.execute(
+                update(Lease)
+                .where(Lease.name == name, Lease.holder == holder, Lease.expires_at > now)
+                .values(expires_at=now + ttl_s)
+                .execution_options(synchronize_session=False)
+            )
+            if kept.rowcount == 1:  # type: ignore[attr-defined]
+                return session.scalar(select(Lease.token).where(Lease.name == name))
             taken = session.execute(
                 update(Lease)
-                .where(
-                    Lease.name == name,
-                    or_(Lease.holder == holder, Lease.expires_at <= now),
+                .where(Lease.name == name, Lease.expires_at <= now)
+                .values(
+                    holder=holder,
+                    acquired_at=now,
+                    expires_at=now + ttl_s,
+                    token=Lease.token + 1,
                 )
-                .values(holder=holder, acquired_at=now, expires_at=now + ttl_s)
                 .execution_options(synchronize_session=False)
             )
             if taken.rowcount == 1:  # type: ignore[attr-defined]
-                return True
+                return session.scalar(select(Lease.token).where(Lease.name == name))
             if session.get(Lease, name) is not None:
-                return False
+                return None
         try:
             with self.begin() as session:
                 session.add(
-                    Lease(name=name, holder=holder, acquired_at=now, expires_at=now + ttl_s)
+                    Lease(
+                        name=name,
+                        holder=holder,
+                        acquired_at=now,
+                        expires_at=now + ttl_s,
+                        token=1,
+                    )
                 )
         except IntegrityError:
-            return False
-        return True
+            return None
+        return 1
 
     def renew_lease(self, name: str, holder: str, ttl_s: float, now: float) -> bool:
         """Extend ``holder``'s unexpired lease to ``now + ttl_s``; False if it is lost.
@@ -559,10 +667,14 @@ __all__ = [
     "URL_ENV",
     "IllegalTransition",
     "JobIdReused",
+    "FENCE_INFO",
+    "Fence",
     "KeyConflict",
+    "LeaseLost",
     "Store",
     "StoreError",
     "UnknownJob",
+    "check_fence",
     "history",
     "idempotency_key",
     "register_job",

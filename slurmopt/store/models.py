@@ -290,7 +290,12 @@ class NodeHealth(Base):
 
 
 class Lease(Base):
-    """A named lease: only its holder may act until ``expires_at`` (one daemon at a time)."""
+    """A named lease: only its holder may act until ``expires_at`` (one daemon at a time).
+
+    ``token`` is the fencing token: it grows by one each time the lease
+    passes to a new holder (or is taken again after it expired), so a
+    holder that paused and lost the lease cannot act on its old token.
+    """
 
     __tablename__ = "leases"
 
@@ -298,6 +303,7 @@ class Lease(Base):
     holder: Mapped[str] = mapped_column(String(255))
     acquired_at: Mapped[float]
     expires_at: Mapped[float]
+    token: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class Heartbeat(Base):

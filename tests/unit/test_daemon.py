@@ -14,6 +14,7 @@ from slurmopt.cli import cli
 from slurmopt.daemon.heartbeat import read_heartbeat
 from slurmopt.daemon.loop import BEAT_NAME, LEASE_NAME, Daemon, Mode
 from slurmopt.daemon.managed import is_managed, planning_priorities, plugin_held
+from slurmopt.daemon.status import decode
 from slurmopt.daemon.switch import read_switch, set_switch
 from slurmopt.model import Job, JobState
 from slurmopt.store import ManagedJob, Store
@@ -65,7 +66,8 @@ def test_advisory_mode_plans_and_records_but_changes_nothing(tmp_path: Path, sto
     assert client.calls == []
     assert result.plan_id is not None and len(store.decisions(result.plan_id)) == 2
     assert len(store.fragmentation_history()) == 1
-    assert _heartbeat(tmp_path, client) is False
+    # An advisory daemon never writes the heartbeat: only the enforcer owns that file.
+    assert not (tmp_path / "heartbeat").exists()
     with store.begin() as session:
         assert session.get(ManagedJob, 7) is None  # advisory daemons manage nothing
 
@@ -77,7 +79,11 @@ def test_enforcing_daemon_acts_and_says_so_in_the_heartbeat(tmp_path: Path, stor
     assert client.count("pin", 7) == 1 and client.count("release", 7) == 1
     assert _heartbeat(tmp_path, client) is True
     beat = store.last_beat(BEAT_NAME)
-    assert beat is not None and beat.detail.startswith("enforcing: 1 starts planned, 1 made")
+    assert beat is not None
+    status = decode(beat.detail)
+    assert status.mode == "enforcing" and status.reasons == ()
+    assert status.summary.startswith("1 starts planned, 1 made")
+    assert status.fencing_token == 1 and status.heartbeat_seq is not None
 
 
 def test_second_daemon_is_standby_until_the_lease_is_free(tmp_path: Path, store: Store) -> None:

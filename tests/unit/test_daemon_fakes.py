@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,11 @@ class FakeSlurmClient:
         self.jobs = {j.job_id: j for j in jobs}
         self.calls: list[tuple[Any, ...]] = []
         self.crash_on: str | None = None
+        #: Run once when a call of that name is entered: a slow or paused call, say.
+        self.during: dict[str, Callable[[], None]] = {}
         self.down = False
         self.clock = NOW
+        self.live_config: dict[str, str] = {"JobSubmitPlugins": "lua"}
 
     # -- reads -----------------------------------------------------------------------------
     def snapshot(self) -> ClusterSnapshot:
@@ -50,6 +53,11 @@ class FakeSlurmClient:
     def topology_text(self) -> str | None:
         return None
 
+    def slurm_config(self) -> dict[str, str]:
+        if self.down:
+            raise SlurmUnavailable("scontrol show config: fake controller down")
+        return dict(self.live_config)
+
     # -- writes ----------------------------------------------------------------------------
     def _enter(self, call: str, job_id: int) -> Job:
         if self.down:
@@ -57,6 +65,9 @@ class FakeSlurmClient:
         if self.crash_on == call:
             self.crash_on = None
             raise FakeCrash(call)
+        hook = self.during.pop(call, None)
+        if hook is not None:
+            hook()
         job = self.jobs.get(job_id)
         if job is None:
             raise SlurmCommandError(["scontrol", call], 1, "Invalid job id specified")

@@ -1,0 +1,166 @@
+"""Fencing: a daemon that lost the lease mid-cycle acts on nothing more, and the store agrees."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurmopt.daemon.heartbeat import read_heartbeat
+from slurmopt.daemon.loop import LEASE_NAME, Daemon, Mode
+from slurmopt.daemon.proof import StampWatch, preflight, prepare_heartbeat_dir
+from slurmopt.errors import ConfigError
+from slurmopt.model import ClusterSnapshot
+from slurmopt.store import LeaseLost, ManagedJobState, Store, history
+from tests.unit.test_daemon_fakes import (
+    NOW,
+    FakeSlurmClient,
+    config,
+    held_job,
+    two_leaves,
+)
+
+
+def _daemon(tmp_path: Path, client: FakeSlurmClient, holder: str, **kw: Any) -> Daemon:
+    _, fabric = two_leaves()
+    # Each daemon has its own connection to the one database, as two processes would.
+    store = Store.open(f"sqlite:///{tmp_path / 'd.db'}")
+    return Daemon(
+        config(tmp_path, **kw),
+        client,
+        store,
+        holder=holder,
+        clock=lambda: client.clock,
+        fabric_loader=lambda _c, _s: fabric,
+    )
+
+
+def test_a_leader_paused_in_a_slow_scontrol_stops_at_its_next_write(tmp_path: Path) -> None:
+    client = FakeSlurmClient(two_leaves()[0], [])
+    first = _daemon(tmp_path, client, "host:1")
+    second = _daemon(tmp_path, client, "host:2")
+    assert first.cycle().mode is Mode.ENFORCING
+    client.jobs[7] = held_job(7)
+    client.jobs[8] = held_job(8)
+
+    def paused() -> None:
+        # The first daemon's pin of job 7 takes longer than its lease; the second takes over.
+        client.clock += first.lease_ttl_s + 1
+        assert second.cycle().mode is Mode.ENFORCING
+
+    client.during["pin"] = paused
+    result = first.cycle()
+    assert result.mode is Mode.STANDBY and result.error and "no longer held" in result.error
+    # The old leader's pin of job 7 landed late; the new leader finishes that decision.
+    client.clock += 1
+    second.cycle()
+    for job_id in (7, 8):
+        assert client.count("pin", job_id) == 1, client.calls
+        assert client.count("release", job_id) == 1, client.calls
+    # The store agrees with Slurm: each job pinned once, recorded once, by the new leader.
+    for job_id in (7, 8):
+        with second.store.begin() as session:
+            pins = [t for t in history(session, job_id) if t.to_state is ManagedJobState.PINNED]
+        assert len(pins) == 1
+    lease = second.store.lease(LEASE_NAME)
+    assert lease is not None and lease.holder == "host:2" and lease.token == 2
+    # The old leader never writes the heartbeat again, not even when it stops.
+    first.shutdown(notify_systemd=False)
+    assert read_heartbeat(tmp_path / "heartbeat", now=client.clock, max_age_s=30).enforcing
+
+
+def test_a_transition_under_a_stale_token_is_refused(tmp_path: Path) -> None:
+    client = FakeSlurmClient(two_leaves()[0], [held_job(7)])
+    first = _daemon(tmp_path, client, "host:1")
+    first.cycle()
+    client.clock += first.lease_ttl_s + 1
+    assert first.store.acquire_token(LEASE_NAME, "host:2", 30, client.clock) == 2
+    with pytest.raises(LeaseLost):
+        first.store.guard()
+    from slurmopt.daemon.reconcile import live_records, move
+
+    record = live_records(first.store)[0]
+    with pytest.raises(LeaseLost):
+        move(first.store, record, ManagedJobState.DONE, "end", "x", "", client.clock)
+
+
+def test_standby_and_advisory_daemons_never_touch_the_heartbeat(tmp_path: Path) -> None:
+    client = FakeSlurmClient(two_leaves()[0], [])
+    leader = _daemon(tmp_path, client, "host:1")
+    standby = _daemon(tmp_path, client, "host:2")
+    advisory = _daemon(tmp_path, client, "host:3", enforce=False)
+    leader.cycle()
+    before = (tmp_path / "heartbeat").read_text()
+    assert standby.cycle().mode is Mode.STANDBY
+    assert advisory.cycle().mode is Mode.ADVISORY
+    standby.shutdown(notify_systemd=False)
+    advisory.shutdown(notify_systemd=False)
+    assert (tmp_path / "heartbeat").read_text() == before
+
+
+def test_a_lost_plugin_makes_the_daemon_degraded_and_says_why_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = FakeSlurmClient(two_leaves()[0], [])
+    daemon = _daemon(tmp_path, client, "host:1", managed_partitions=("gpu",))
+    assert daemon.cycle().mode is Mode.ENFORCING
+    client.clock += 10
+    # A GPU job in a managed partition arrives untouched by the plugin.
+    client.jobs[9] = held_job(9, admin_comment="", reason="Resources", submit_time=client.clock)
+    for _ in range(3):
+        client.clock += 1
+        assert daemon.cycle().mode is Mode.DEGRADED
+    assert "job 9" in daemon.reasons[0]
+    assert sum("degraded:" in r.message for r in caplog.records) == 1
+    # The plugin works again: the newest job carries this daemon's stamp.
+    seq = daemon.stamps.last_seq
+    client.jobs[10] = held_job(
+        10, admin_comment=f"slurmopt:managed,held,hb={seq}", submit_time=client.clock + 1
+    )
+    client.clock += 2
+    assert daemon.cycle().mode is Mode.ENFORCING
+    assert daemon.stamps.seen == seq
+
+
+def test_live_configuration_without_the_plugin_is_degraded(tmp_path: Path) -> None:
+    client = FakeSlurmClient(two_leaves()[0], [])
+    client.live_config = {"JobSubmitPlugins": "(null)"}
+    daemon = _daemon(tmp_path, client, "host:1")
+    assert daemon.cycle().mode is Mode.DEGRADED
+    assert "JobSubmitPlugins=(null)" in daemon.reasons[0]
+    with pytest.raises(ConfigError, match="does not load the job-submit plugin"):
+        daemon.preflight()
+
+
+def test_stamp_watch_tells_ours_from_foreign_and_missing() -> None:
+    watch = StampWatch()
+    seq = watch.next_seq(NOW)
+    watch.wrote(seq, NOW, True)
+
+    def snap(admin: str, comment: str = "slurmopt:managed") -> ClusterSnapshot:
+        job = held_job(1, comment=comment, admin_comment=admin, submit_time=NOW + 5)
+        return ClusterSnapshot.build(NOW + 6, [], [job], [])
+
+    assert watch.check(snap(f"slurmopt:managed,held,hb={seq}"), ["gpu"]) is None
+    assert watch.seen == seq
+    assert "did not write" in (watch.check(snap("slurmopt:managed,held,hb=5"), ["gpu"]) or "")
+    assert "not tagged" in (watch.check(snap(""), ["gpu"]) or "")
+    assert watch.check(snap("", comment=""), []) is None  # not a job the plugin had to take
+    watch.wrote(watch.next_seq(NOW + 7), NOW + 7, False)
+    assert watch.check(snap(""), ["gpu"]) is None  # not enforcing: nothing to prove
+
+
+def test_preflight_refuses_a_heartbeat_directory_others_can_write(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    with pytest.raises(ConfigError, match="writable by group or others"):
+        preflight(str(shared / "heartbeat"), {"JobSubmitPlugins": "lua"}, env={})
+    made = tmp_path / "new" / "dir"
+    assert prepare_heartbeat_dir(str(made / "heartbeat")) is None
+    assert stat.S_IMODE(made.stat().st_mode) == 0o755
+    os.mkfifo(made / "heartbeat")
+    assert "not a regular file" in (prepare_heartbeat_dir(str(made / "heartbeat")) or "")
