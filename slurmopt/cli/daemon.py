@@ -93,6 +93,7 @@ def daemon(
     store = Store.open(config.db)
     try:
         runner = Daemon(config, _connect(ctx, config), store)
+        runner.preflight()  # --enforce that cannot work exits 78 here, naming the fix
         if once:
             result = runner.run_once()
             click.echo(f"{result.mode}: {'; '.join(result.notes) or 'done'}")
