@@ -35,6 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from slurmopt.errors import ConfigError
+from slurmopt.signals import check_signal
 from slurmopt.slurm import BACKENDS
 
 DEFAULT_CONFIG_PATH = "/etc/slurmopt/slurmopt.toml"
@@ -238,10 +239,7 @@ def _coerce(key: str, value: object) -> Any:
     if key == "log_level":
         return value.lower()
     if key == "preempt_signal":
-        name = value.strip().upper().removeprefix("SIG")
-        if not name.isalnum() or name == "USR1":
-            raise ValueError(f"must be a signal name other than USR1 (NCCL's), got {value!r}")
-        return name
+        return check_signal(value)
     if key == "preempt_on_no_ack" and value not in ("keep-running", "requeue-anyway"):
         raise ValueError(f"must be keep-running or requeue-anyway, got {value!r}")
     if key == "rest_url" and value and not value.startswith(("unix:", "http://", "https://")):

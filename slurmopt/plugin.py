@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmopt.errors import UsageError
-from slurmopt.submit.tag import PREFIX, SEPARATOR
+from slurmopt.submit.tag import has_field
 
 SCRIPT_NAME = "job_submit.lua"
 #: A line every rendered script carries: tells our script from a site's own.
@@ -141,6 +141,14 @@ def _is_lua(plugin: str) -> bool:
     return plugin.rsplit("/", 1)[-1].strip().lower() == "lua"
 
 
+def loads_lua(live_config: Mapping[str, str]) -> bool:
+    """Whether a running slurmctld's configuration (``scontrol show config``) loads the plugin."""
+    for key, value in live_config.items():
+        if key.strip().lower() == "jobsubmitplugins":
+            return any(_is_lua(p) for p in value.split(","))
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class ConfChange:
     """The ``JobSubmitPlugins`` change one slurm.conf needs.
@@ -194,15 +202,13 @@ def conf_enables_plugin(conf_text: str) -> bool:
 
 
 def plugin_held(comment: str | None) -> bool:
-    """Whether a job's comment says the plugin (not the user) put its hold on.
+    """Whether a job's *admin* comment says the plugin (not the user) put its hold on.
 
-    The daemon releases only such holds; a user's ``--hold`` never carries
-    the marker, because the plugin drops one copied into a held job.
+    The plugin writes the marker only into the admin comment, and never
+    copies one from the owner's comment, so a user's ``--hold`` never
+    carries it.
     """
-    if not comment or not comment.startswith(PREFIX):
-        return False
-    fields = comment[len(PREFIX) :].partition(SEPARATOR)[0].split(",")
-    return fields[0] == "managed" and HELD_FIELD in fields[1:]
+    return has_field(comment, HELD_FIELD)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -230,6 +236,7 @@ __all__ = [
     "conf_enables_plugin",
     "default_dest",
     "merge_plugins",
+    "loads_lua",
     "plugin_held",
     "read_source",
     "render_plugin",

@@ -20,6 +20,7 @@ from typing import Any
 import jinja2
 
 from slurmopt.errors import UsageError
+from slurmopt.signals import ALLOWED_SIGNALS, DEFAULT_SIGNAL, check_signal
 
 #: Where a site keeps its own templates (searched before the shipped ones).
 TEMPLATE_DIR_ENV = "SLURMOPT_TEMPLATE_DIR"
@@ -27,8 +28,6 @@ TEMPLATE_DIR_ENV = "SLURMOPT_TEMPLATE_DIR"
 SUFFIX = ".sh.j2"
 #: Templates slurmopt ships.
 SHIPPED = ("elastic-torchrun", "single-node", "nccl-allreduce-bench")
-#: The checkpoint request signal: not SIGUSR1, which NCCL uses.
-DEFAULT_SIGNAL = "USR2"
 
 
 def shipped_dir() -> Path:
@@ -129,7 +128,9 @@ def render(name: str, values: TemplateValues, environ: Mapping[str, str] | None 
 
 
 __all__ = [
+    "ALLOWED_SIGNALS",
     "DEFAULT_SIGNAL",
+    "check_signal",
     "SHIPPED",
     "TEMPLATE_DIR_ENV",
     "TemplateValues",

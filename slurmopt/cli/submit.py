@@ -18,6 +18,7 @@ from typing import NoReturn
 import click
 
 from slurmopt.errors import SlurmUnavailable
+from slurmopt.signals import DEFAULT_SIGNAL
 from slurmopt.submit import (
     NO_PLUGIN_WARNING,
     build_submission,
@@ -84,7 +85,12 @@ def submit(ctx: click.Context, args: Sequence[str]) -> None:
         script_text = stdin_data.decode("utf-8", "surrogateescape")
     elif parsed.script is not None:
         script_text = _read_script(parsed.script)
-    submission = build_submission(args, script_text, script_name)
+    signal = DEFAULT_SIGNAL
+    if template_of(parsed) is not None:
+        from slurmopt.config import load_config
+
+        signal = load_config().preempt_signal  # the template traps what the daemon sends
+    submission = build_submission(args, script_text, script_name, signal)
     if not submission.info_only and _plugin_missing():
         click.echo(NO_PLUGIN_WARNING, err=True)
     if submission.script_text is not None:

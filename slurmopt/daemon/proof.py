@@ -40,11 +40,11 @@ REMEMBERED_SEQS = 4096
 
 def plugin_configured(config: Mapping[str, str]) -> str | None:
     """Why the live configuration does not load the Lua job-submit plugin, or None if it does."""
-    value = config.get("JobSubmitPlugins", "")
-    names = {p.strip().removeprefix("job_submit/") for p in value.split(",") if p.strip()}
-    if "lua" in names:
+    from slurmopt.plugin import loads_lua
+
+    if loads_lua(config):
         return None
-    shown = value or "(none)"
+    shown = config.get("JobSubmitPlugins") or "(none)"
     return (
         f"slurmctld does not load the job-submit plugin (JobSubmitPlugins={shown}): run "
         "`slurmopt plugin install`, add lua to JobSubmitPlugins in slurm.conf and restart "

@@ -191,7 +191,7 @@ class CliSlurmClient:
 
     def slurm_config(self) -> dict[str, str]:
         """The running slurmctld's configuration (``scontrol show config``), key to value."""
-        return parse_config_text(self._read(["scontrol", "show", "config"]))
+        return parse.parse_config_text(self._read(["scontrol", "show", "config"]))
 
     def topology_text(self) -> str | None:
         text = self._read(["scontrol", "show", "topology"])
@@ -243,16 +243,6 @@ class CliSlurmClient:
     def resume(self, node: str) -> None:
         """Return a drained node to service (the node agent undoing its own drain)."""
         self._write(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
-
-
-def parse_config_text(text: str) -> dict[str, str]:
-    """``Key = value`` lines of ``scontrol show config`` as a dict (other lines ignored)."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() and " " not in key.strip():
-            out[key.strip()] = value.strip()
-    return out
 
 
 class ScontrolWrites:

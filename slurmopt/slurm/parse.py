@@ -345,6 +345,16 @@ def parse_job(obj: Mapping[str, Any], source: str = "jobs") -> Job:
     )
 
 
+def parse_config_text(text: str) -> dict[str, str]:
+    """``Key = value`` lines of ``scontrol show config`` as a dict (other lines ignored)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
 def parse_jobs(doc: Mapping[str, Any], source: str = "squeue --json") -> list[Job]:
     """Every job of a ``squeue --json`` / ``scontrol show jobs --json`` / ``/jobs`` document."""
     return [parse_job(obj, source) for obj in _records(doc, "jobs", source)]

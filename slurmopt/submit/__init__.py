@@ -31,7 +31,7 @@ from slurmopt.submit.directives import (
     split_args,
 )
 from slurmopt.submit.tag import JobTag, check_template_name, format_comment, parse_elastic
-from slurmopt.templates import SHIPPED, TemplateValues, available, render
+from slurmopt.templates import DEFAULT_SIGNAL, SHIPPED, TemplateValues, available, render
 
 #: slurmopt's own options: recognised only when spelled in full, never sent to sbatch.
 OWN_OPTIONS: dict[str, Arity] = {
@@ -125,7 +125,9 @@ def _count(text: str | None, default: int) -> int:
     return int(digits[-1]) if digits else default
 
 
-def _templated(parsed: ParsedArgs, request: SubmitRequest, kept: list[Option]) -> Submission:
+def _templated(
+    parsed: ParsedArgs, request: SubmitRequest, kept: list[Option], signal: str
+) -> Submission:
     """sbatch's options unchanged, the rendered template as the script on stdin.
 
     The command line's script and its arguments are the program the
@@ -147,6 +149,7 @@ def _templated(parsed: ParsedArgs, request: SubmitRequest, kept: list[Option]) -
         min_nodes=low,
         max_nodes=high,
         nproc_per_node=_count(request.gpus_per_node, 1),
+        signal=signal,
     )
     text = render(tag.template, values)
     args = [f"--comment={format_comment(tag, request.comment)}", *join_tokens(kept)]
@@ -157,11 +160,14 @@ def build_submission(
     args: Sequence[str],
     script_text: str | None = None,
     script_name: str = "-",
+    signal: str = DEFAULT_SIGNAL,
 ) -> Submission:
     """The sbatch argument list for ``slurmopt submit ARGS``, given the script's text.
 
     ``script_text`` is None when there is no script to read (``--wrap``, or
-    a script sbatch will fail to open with its own message).  Raises
+    a script sbatch will fail to open with its own message).  ``signal`` is
+    the site's preemption signal (``preempt_signal``), which a template
+    traps: the one the daemon sends.  Raises
     :class:`UsageError` for slurmopt's own bad options; sbatch's options are
     never judged here, sbatch does that.
     """
@@ -184,7 +190,7 @@ def build_submission(
         and not (o.component == 0 and o.name == "comment" and o.value is not None)
     ]
     if request.tag.template is not None and not info_only:
-        return _templated(parsed, request, kept)
+        return _templated(parsed, request, kept, signal)
     sbatch_args = join_tokens(kept) + list(parsed.rest)
     if not info_only:
         sbatch_args.insert(0, f"--comment={format_comment(request.tag, request.comment)}")
@@ -299,12 +305,10 @@ def _merge(options: Sequence[Option], tag: JobTag, parsed: ParsedArgs) -> Submit
 
 def has_submit_plugin(config: str) -> bool:
     """Whether ``scontrol show config`` output lists the Lua job-submit plugin slurmopt ships."""
-    for line in config.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip().lower() == "jobsubmitplugins":
-            plugins = [p.strip().rsplit("/", 1)[-1].lower() for p in value.split(",")]
-            return "lua" in plugins
-    return False
+    from slurmopt.plugin import loads_lua
+    from slurmopt.slurm.parse import parse_config_text
+
+    return loads_lua(parse_config_text(config))
 
 
 #: Printed once on stderr when the cluster has no plugin to act on the tag.

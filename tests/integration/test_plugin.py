@@ -8,6 +8,7 @@ end, so other tests see no heartbeat and the plugin passes their jobs through.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -17,15 +18,18 @@ import pytest
 
 from slurmopt.daemon.heartbeat import write_heartbeat
 from slurmopt.plugin import baked_settings, conf_enables_plugin, plugin_held
+from slurmopt.slurm.parse import parse_jobs
 from tests.sandbox import SlurmSandbox
 
 pytestmark = pytest.mark.slurm
 
 # Slurm 22.05 shows a priority-0 hold set by job_submit/lua as a user hold, exactly like
-# `sbatch --hold`: only the comment's `held` marker tells the two apart (docs/plugin.md).
+# `sbatch --hold`: only the admin comment's `held` marker tells the two apart (docs/plugin.md).
 HELD_BY_PLUGIN = "JobHeldUser"
 HELD_BY_USER = "JobHeldUser"
 GPU_JOB = ("-p", "gpu", "--gres=gpu:1", "-t", "2")
+#: The heartbeat sequence the writer below puts in the file; the plugin stamps it as hb=SEQ.
+SEQ = 4242
 
 
 class HeartbeatWriter:
@@ -64,7 +68,7 @@ class HeartbeatWriter:
         self.remove()
 
     def _write(self) -> None:
-        write_heartbeat(self.path, self.enforce, managed_partitions=self.partitions)
+        write_heartbeat(self.path, self.enforce, managed_partitions=self.partitions, seq=SEQ)
 
     def _run(self) -> None:
         while not self._stop.wait(1.0):
@@ -87,12 +91,14 @@ def heartbeat(slurm: SlurmSandbox) -> Iterator[HeartbeatWriter]:
 
 
 def _job(slurm: SlurmSandbox, job_id: int) -> dict[str, str]:
-    """State, reason and comment from ``scontrol show job`` (a comment may hold spaces)."""
-    out = slurm.run("scontrol", "show", "job", "-o", str(job_id))
-    state = out.split("JobState=", 1)[1].split()[0]
-    reason = out.split("Reason=", 1)[1].split()[0]
-    comment = out.split("Comment=", 1)[1].split(" StdErr=")[0] if "Comment=" in out else ""
-    return {"state": state, "reason": reason, "comment": comment.strip()}
+    """State, reason, the owner's comment and admin comment, as slurmopt's adapter reads them."""
+    (job,) = parse_jobs(json.loads(slurm.run("squeue", "--json", "-j", str(job_id))))
+    return {
+        "state": job.state.value,
+        "reason": job.reason,
+        "comment": job.comment,
+        "admin": job.admin_comment,
+    }
 
 
 def _wait_reason(
@@ -115,11 +121,14 @@ def test_gpu_job_in_managed_partition_is_held_and_tagged(
     job_id = slurm.sbatch(*GPU_JOB, "--comment", "my run")
     job = _wait_reason(slurm, job_id, HELD_BY_PLUGIN)
     assert job["state"] == "PENDING"
-    assert job["comment"] == "slurmopt:managed,held | my run"
-    assert plugin_held(job["comment"])
+    assert job["comment"] == "my run"  # the owner's comment is left as it was
+    assert job["admin"] == f"slurmopt:managed,held,hb={SEQ}"
+    assert plugin_held(job["admin"]) and not plugin_held(job["comment"])
     # the default partition (gpu) counts when no -p is given
     default_id = slurm.sbatch("--gpus=2", "-t", "2")
-    assert _wait_reason(slurm, default_id, HELD_BY_PLUGIN)["comment"] == "slurmopt:managed,held"
+    assert _wait_reason(slurm, default_id, HELD_BY_PLUGIN)["admin"].startswith(
+        "slurmopt:managed,held,"
+    )
 
 
 def test_gpu_job_in_unmanaged_partition_runs_untouched(
@@ -128,30 +137,35 @@ def test_gpu_job_in_unmanaged_partition_runs_untouched(
     heartbeat.beat(partitions=("cpu", "a100"))
     job_id = slurm.sbatch(*GPU_JOB, "--comment", "mine")
     slurm.wait_state(job_id, "RUNNING", timeout=30)
-    assert _job(slurm, job_id)["comment"] == "mine"
+    job = _job(slurm, job_id)
+    assert (job["comment"], job["admin"]) == ("mine", "")
 
 
-def test_tagged_job_is_held_in_any_partition(
+def test_tagged_job_is_held_in_any_partition_and_its_tag_copied_capped(
     slurm: SlurmSandbox, heartbeat: HeartbeatWriter
 ) -> None:
     heartbeat.beat(partitions=("a100",))
-    job_id = slurm.sbatch(*GPU_JOB, "--comment", "slurmopt:managed,preemptible | ckpt")
+    tag = "slurmopt:managed,preemptible,elastic=1:8,held,ckpt=9@1 | ckpt"
+    job_id = slurm.sbatch(*GPU_JOB, "-N", "2", "--comment", tag)
     job = _wait_reason(slurm, job_id, HELD_BY_PLUGIN)
-    assert job["comment"] == "slurmopt:managed,preemptible,held | ckpt"
+    assert job["comment"] == tag
+    # Known fields only, elastic capped at the 2 nodes asked for, held and hb the plugin's own.
+    assert job["admin"] == f"slurmopt:managed,preemptible,elastic=1:2,held,hb={SEQ}"
 
 
 def test_job_without_gpus_runs(slurm: SlurmSandbox, heartbeat: HeartbeatWriter) -> None:
     heartbeat.beat(partitions=("gpu",))
     job_id = slurm.sbatch("-p", "gpu", "-c", "2", "-t", "2", "--comment", "slurmopt:managed")
     slurm.wait_state(job_id, "RUNNING", timeout=30)
-    assert _job(slurm, job_id)["comment"] == "slurmopt:managed"
+    job = _job(slurm, job_id)
+    assert (job["comment"], job["admin"]) == ("slurmopt:managed", "")
 
 
 def test_user_hold_stays_a_user_hold(slurm: SlurmSandbox, heartbeat: HeartbeatWriter) -> None:
     heartbeat.beat(partitions=("gpu",))
     job_id = slurm.sbatch(*GPU_JOB, "--hold")
     job = _wait_reason(slurm, job_id, HELD_BY_USER)
-    assert job["comment"] == "slurmopt:managed" and not plugin_held(job["comment"])
+    assert job["admin"] == f"slurmopt:managed,hb={SEQ}" and not plugin_held(job["admin"])
     slurm.run("scontrol", "release", str(job_id))
     slurm.wait_state(job_id, "RUNNING", timeout=30)
 
@@ -192,4 +206,6 @@ def test_plugin_fails_open(slurm: SlurmSandbox, heartbeat: HeartbeatWriter, case
         heartbeat.write_raw("enforce=1\npartitions=gpu\n\x00\x01 not a heartbeat\n")
     job_id = slurm.sbatch(*GPU_JOB, "--comment", "slurmopt:managed")
     slurm.wait_state(job_id, "RUNNING", timeout=30)
-    assert _job(slurm, job_id)["comment"] == "slurmopt:managed"
+    job = _job(slurm, job_id)
+    # Not held; the submit-time tag is still copied, so the job keeps what it was granted.
+    assert (job["comment"], job["admin"]) == ("slurmopt:managed", "slurmopt:managed")

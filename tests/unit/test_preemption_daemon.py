@@ -246,8 +246,12 @@ def test_settings_from_the_environment() -> None:
     )
     assert s.signal == "TERM" and s.grace_s == 30.0 and s.on_no_ack == "keep-running"
     assert PreemptionSettings.from_environ({}).signal == "USR2"
+    assert PreemptionSettings.from_environ({"SLURMOPT_PREEMPT_SIGNAL": "usr1"}).signal == "USR1"
     for bad in (
-        {"SLURMOPT_PREEMPT_SIGNAL": "USR1"},
+        {"SLURMOPT_PREEMPT_SIGNAL": "KILL"},
+        {"SLURMOPT_PREEMPT_SIGNAL": "9"},
+        {"SLURMOPT_PREEMPT_SIGNAL": "SIGSTOP"},
+        {"SLURMOPT_PREEMPT_SIGNAL": "HUP"},
         {"SLURMOPT_PREEMPT_GRACE_S": "-1"},
         {"SLURMOPT_PREEMPT_ON_NO_ACK": "kill"},
     ):
@@ -305,8 +309,8 @@ def test_preemption_settings_come_from_the_config_and_the_environment_overrides_
     overridden = PreemptionSettings.from_config(config, environ=env)
     assert overridden.grace_s == 30.0 and overridden.enabled is False
     assert overridden.on_no_ack == "requeue-anyway"
-    with pytest.raises(ConfigError, match="USR1"):
-        PreemptionSettings.from_config(config, environ={"SLURMOPT_PREEMPT_SIGNAL": "USR1"})
+    with pytest.raises(ConfigError, match="USR2, USR1, TERM"):
+        PreemptionSettings.from_config(config, environ={"SLURMOPT_PREEMPT_SIGNAL": "KILL"})
 
 
 def test_no_preemption_when_the_preemptors_reservation_starts_soon(

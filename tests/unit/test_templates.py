@@ -141,3 +141,11 @@ def test_submit_bench_template_takes_the_words_as_benchmark_options() -> None:
 def test_submit_template_without_program_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="needs a program"):
         build_submission(["--template", "single-node"], None, "-")
+
+
+@pytest.mark.parametrize("template", ["elastic-torchrun", "single-node"])
+def test_the_template_traps_the_sites_preemption_signal(template: str) -> None:
+    args = ["-N", "2", "--gres=gpu:4", "--template", template, "train.py"]
+    text = build_submission(args, signal="TERM").script_text or ""
+    assert "#SBATCH --signal=B:TERM@" in text and "trap request_checkpoint TERM" in text
+    assert "USR2" not in text
