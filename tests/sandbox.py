@@ -8,6 +8,7 @@ the integration suite did not run.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import socket
 import subprocess
@@ -15,6 +16,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from slurmopt.model import Job
+from slurmopt.slurm.parse import parse_jobs
 
 DEFAULT_DIR = Path(os.environ.get("SLURMOPT_SANDBOX_DIR", "/tmp/slurmopt-sandbox"))
 LOCK_PATH = Path("/tmp/slurmopt-sandbox.lock")
@@ -72,6 +76,13 @@ class SlurmSandbox:
             *args, "--wrap", wrap,
         )
         return int(out.strip().split(";")[0])
+
+    def job(self, job_id: int) -> Job:
+        """One job as slurmopt's adapter reads it (22.05's ``squeue --json`` ignores ``-j``)."""
+        for job in parse_jobs(json.loads(self.run("squeue", "--json"))):
+            if job.job_id == job_id:
+                return job
+        raise AssertionError(f"job {job_id} not in squeue --json")
 
     def job_field(self, job_id: int, fmt: str) -> str:
         return self.run("squeue", "-h", "-j", str(job_id), "-o", fmt, check=False).strip()

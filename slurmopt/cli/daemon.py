@@ -90,7 +90,7 @@ def daemon(
         {"db": db, "interval_s": interval, "enforce": enforce, "metrics_port": metrics_port},
     )
     _setup_logging(config.log_level)
-    store = Store.open(config.db)
+    store = Store.open(config.db, create=True)
     try:
         runner = Daemon(config, _connect(ctx, config), store)
         runner.preflight()  # --enforce that cannot work exits 78 here, naming the fix
@@ -137,9 +137,10 @@ def _release_all(ctx: click.Context, config: Config, store: Store) -> _Released:
     """Release every hold slurmopt recorded as its own, from one fresh snapshot.
 
     An operator's hold, or the owner's, is never lifted: only jobs the store
-    records ``waiting`` under slurmopt's hold (:func:`slurmopt.daemon.managed.ours`).
+    records ``waiting`` under slurmopt's hold (:func:`slurmopt.daemon.managed.ours`),
+    and the plugin's marked hold on jobs no daemon registered yet.
     """
-    from slurmopt.daemon.managed import ours
+    from slurmopt.daemon.managed import awaits_admin_hold, ours
     from slurmopt.daemon.reconcile import live_records
 
     records = {r.job_id: r for r in live_records(store)}
@@ -147,7 +148,8 @@ def _release_all(ctx: click.Context, config: Config, store: Store) -> _Released:
     snapshot = client.snapshot()
     out = _Released([], {})
     for job in sorted(snapshot.jobs.values(), key=lambda j: j.job_id):
-        if not ours(job, records.get(job.job_id)):
+        # Also the plugin's own holds that no daemon took over (it was down or disabled).
+        if not ours(job, records.get(job.job_id)) and not awaits_admin_hold(job):
             continue
         try:
             client.release(job.job_id)
@@ -173,19 +175,27 @@ def disable(ctx: click.Context, config_path: str | None, db: str | None, as_json
     """
     from slurmopt.daemon.heartbeat import write_heartbeat
     from slurmopt.daemon.switch import operator, set_switch
-    from slurmopt.store import Store
+    from slurmopt.store import Store, StoreError
 
     config = load_config(config_path, {"db": db})
-    store = Store.open(config.db)
-    try:
-        set_switch(store, True, operator())
-        heartbeat_error = None
+
+    def stop_holding() -> str | None:
         try:
             write_heartbeat(
                 config.heartbeat_path, False, managed_partitions=config.managed_partitions
             )
         except OSError as exc:
-            heartbeat_error = f"cannot write heartbeat {config.heartbeat_path}: {exc}"
+            return f"cannot write heartbeat {config.heartbeat_path}: {exc}"
+        return None
+
+    try:
+        store = Store.open(config.db, create=False)
+    except StoreError:
+        stop_holding()  # whatever else fails, the plugin stops holding new jobs
+        raise
+    try:
+        set_switch(store, True, operator())  # first, so no daemon writes enforce=1 again
+        heartbeat_error = stop_holding()
         outcome = _release_all(ctx, config, store)
     finally:
         store.close()
@@ -221,7 +231,7 @@ def enable(config_path: str | None, db: str | None, as_json: bool) -> None:
     from slurmopt.store import Store
 
     config = load_config(config_path, {"db": db})
-    store = Store.open(config.db)
+    store = Store.open(config.db, create=False)
     try:
         set_switch(store, False, operator())
     finally:

@@ -60,7 +60,7 @@ def open_store_for_reading(url: str) -> Store:
         and not Path(database).is_file()
     ):
         raise StoreError(f"no slurmopt store at {database} (has the daemon run with this --db?)")
-    store = Store(url)
+    store = Store(url, create=False)
     try:
         has_tables = inspect(store.engine).has_table("plans")
     except OperationalError as exc:

@@ -353,15 +353,42 @@ def _sqlite_setup(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def _prepare_sqlite_file(url: URL) -> None:
-    """Create the directory of a SQLite file database (``/var/lib/slurmopt``) if missing."""
+#: Modes of a store the daemon creates: the daemon's user writes, its group (the readers of
+#: ``explain``, ``status``, ``preemptions``) reads, nobody else sees the plans.
+STORE_DIR_MODE = 0o2750  # setgid: the database and its -wal/-shm files keep the group
+STORE_FILE_MODE = 0o640
+
+
+def _prepare_sqlite_file(url: URL, create: bool) -> None:
+    """Check (or, for the daemon, create) a SQLite file database and its directory.
+
+    Only the daemon creates the store (``create``), with :data:`STORE_DIR_MODE`
+    and :data:`STORE_FILE_MODE`; SQLite gives its -wal and -shm files the
+    database file's mode.  Any other command finding no file says so instead
+    of creating one with its caller's umask.
+    """
     database = url.database
     if not database or database == ":memory:" or database.startswith("file:"):
         return
+    path = Path(database)
+    if path.exists():
+        return
+    if not create:
+        raise StoreError(
+            f"no slurmopt store at {database}: the daemon creates it on its first start "
+            "(or pass --db)"
+        )
     try:
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
+        if not path.parent.exists():
+            path.parent.mkdir(mode=STORE_DIR_MODE, parents=True)
+            os.chmod(path.parent, STORE_DIR_MODE)  # mkdir's mode is cut by the umask
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, STORE_FILE_MODE)
+        os.fchmod(fd, STORE_FILE_MODE)
+        os.close(fd)
+    except FileExistsError:
+        return
     except OSError as exc:
-        raise StoreError(f"cannot create the directory of {database}: {exc}") from exc
+        raise StoreError(f"cannot create the store {database}: {exc.strerror or exc}") from exc
 
 
 class Store:
@@ -372,7 +399,7 @@ class Store:
     returned by the helpers stay readable after their session closes.
     """
 
-    def __init__(self, url: str, *, echo: bool = False) -> None:
+    def __init__(self, url: str, *, echo: bool = False, create: bool = True) -> None:
         try:
             parsed = make_url(url)
         except ArgumentError as exc:
@@ -380,7 +407,7 @@ class Store:
         self.url = parsed
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         if self.is_sqlite:
-            _prepare_sqlite_file(parsed)
+            _prepare_sqlite_file(parsed, create)
         try:
             self.engine = create_engine(parsed, echo=echo)
         except (ArgumentError, ImportError) as exc:
@@ -392,9 +419,13 @@ class Store:
         self.fence: Fence | None = None
 
     @classmethod
-    def open(cls, url: str | None = None, *, echo: bool = False) -> Store:
-        """Connect to ``url`` (default: :func:`resolve_url`) and migrate it to the newest schema."""
-        store = cls(url or resolve_url(), echo=echo)
+    def open(cls, url: str | None = None, *, echo: bool = False, create: bool = True) -> Store:
+        """Connect to ``url`` (default: :func:`resolve_url`) and migrate it to the newest schema.
+
+        ``create``: make a missing SQLite file with the store's modes; every
+        command but the daemon passes False, so none creates it by accident.
+        """
+        store = cls(url or resolve_url(), echo=echo, create=create)
         store.upgrade()
         return store
 

@@ -16,12 +16,14 @@ import sys
 import time
 import tomllib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
 from slurmopt.daemon.heartbeat import read_heartbeat, write_heartbeat
+from slurmopt.daemon.status import decode
 from slurmopt.hostlist import expand
 from slurmopt.store import Decision, JobTransition, ManagedJob, ManagedJobState, Store
 from tests.sandbox import SlurmSandbox
@@ -158,6 +160,18 @@ class DaemonRun:
                 return list(session.scalars(stmt.order_by(Decision.id)))
         finally:
             store.close()
+
+
+@contextmanager
+def enforcing_daemon(slurm: SlurmSandbox, tmp_path: Path) -> Iterator[DaemonRun]:
+    """A started daemon, once it says enforce=1 in the heartbeat; stopped on the way out."""
+    run = DaemonRun(slurm, tmp_path)
+    run.start()
+    try:
+        run.wait_enforcing()
+        yield run
+    finally:
+        run.stop()
 
 
 @pytest.fixture
@@ -419,7 +433,9 @@ def test_disable_releases_every_held_job_and_slurm_runs_them_alone(
     # `disable` writes the heartbeat file itself; the daemon's own record follows on its
     # next cycle (a cycle already under way when the switch flipped still records its mode).
     _wait(
-        "the daemon to record that it is disabled", lambda: last_beat().startswith("disabled"), 20
+        "the daemon to record that it is disabled",
+        lambda: decode(last_beat()).mode == "disabled",
+        20,
     )
 
     slurm.run("scancel", str(full))
@@ -447,7 +463,7 @@ def test_plain_sbatch_in_a_managed_partition_is_placed_then_runs_alone_once_the_
     # Plain sbatch, no slurmopt anywhere in the submission: the plugin holds and tags it.
     placed = slurm.sbatch("-p", "gpu", "--gres=gpu:2", "-t", "2")
     assert _running(slurm, placed) == ["gpu020"]
-    assert "slurmopt:managed" in slurm.job_field(placed, "%k")
+    assert slurm.job(placed).admin_comment.startswith("slurmopt:managed,held,hb=")
     record = _started_record(daemon, placed)
     assert record.nodes == "gpu020"
     assert [t.to_state for t in daemon.transitions(placed)].count(ManagedJobState.PINNED) == 1
@@ -457,5 +473,5 @@ def test_plain_sbatch_in_a_managed_partition_is_placed_then_runs_alone_once_the_
     assert not daemon.enforcing()
     alone = slurm.sbatch("-p", "gpu", "--gres=gpu:2", "-t", "2")
     slurm.wait_state(alone, "RUNNING", timeout=20)
-    assert "slurmopt:" not in slurm.job_field(alone, "%k")
+    assert "slurmopt:" not in slurm.job(alone).admin_comment
     assert daemon.record(alone) is None

@@ -8,7 +8,6 @@ end, so other tests see no heartbeat and the plugin passes their jobs through.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +17,6 @@ import pytest
 
 from slurmopt.daemon.heartbeat import write_heartbeat
 from slurmopt.plugin import baked_settings, conf_enables_plugin, plugin_held
-from slurmopt.slurm.parse import parse_jobs
 from tests.sandbox import SlurmSandbox
 
 pytestmark = pytest.mark.slurm
@@ -92,7 +90,7 @@ def heartbeat(slurm: SlurmSandbox) -> Iterator[HeartbeatWriter]:
 
 def _job(slurm: SlurmSandbox, job_id: int) -> dict[str, str]:
     """State, reason, the owner's comment and admin comment, as slurmopt's adapter reads them."""
-    (job,) = parse_jobs(json.loads(slurm.run("squeue", "--json", "-j", str(job_id))))
+    job = slurm.job(job_id)
     return {
         "state": job.state.value,
         "reason": job.reason,

@@ -23,7 +23,7 @@ from sqlalchemy import select
 
 from slurmopt.elastic.tiny_train import reference_losses
 from slurmopt.store import ManagedJobState, Preemption
-from tests.integration.test_daemon import CLI, DaemonRun, _wait
+from tests.integration.test_daemon import CLI, DaemonRun, _wait, enforcing_daemon
 from tests.sandbox import SlurmSandbox, free_port
 
 pytestmark = [pytest.mark.slurm, pytest.mark.preemption, pytest.mark.torch]
@@ -38,13 +38,10 @@ GRACE_S = 30
 @pytest.fixture
 def daemon(slurm: SlurmSandbox, tmp_path: Path) -> Iterator[DaemonRun]:
     slurm.env["SLURMOPT_PREEMPT_GRACE_S"] = str(GRACE_S)
-    run = DaemonRun(slurm, tmp_path)
-    run.start()
     try:
-        run.wait_enforcing()
-        yield run
+        with enforcing_daemon(slurm, tmp_path) as run:
+            yield run
     finally:
-        run.stop()
         slurm.env.pop("SLURMOPT_PREEMPT_GRACE_S", None)
 
 

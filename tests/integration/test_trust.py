@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from slurmopt.store import ManagedJobState
-from tests.integration.test_daemon import DaemonRun, _wait
+from tests.integration.test_daemon import DaemonRun, _started_record, _wait, enforcing_daemon
 from tests.sandbox import SlurmSandbox
 
 pytestmark = pytest.mark.slurm
@@ -70,13 +70,8 @@ def _field(slurm: SlurmSandbox, job_id: int, fmt: str) -> str:
 
 @pytest.fixture
 def daemon(slurm: SlurmSandbox, tmp_path: Path) -> Iterator[DaemonRun]:
-    run = DaemonRun(slurm, tmp_path)
-    run.start()
-    try:
-        run.wait_enforcing()
+    with enforcing_daemon(slurm, tmp_path) as run:
         yield run
-    finally:
-        run.stop()
 
 
 def test_comment_edits_by_the_owner_grant_nothing(
@@ -115,8 +110,7 @@ def test_comment_edits_by_the_owner_grant_nothing(
     slurm.run("scancel", str(filler))
     for job_id in (small, proper):
         slurm.wait_state(job_id, "RUNNING", timeout=60)
-        record = daemon.record(job_id)
-        assert record is not None and record.state is ManagedJobState.RUNNING
+        _started_record(daemon, job_id)  # placed by slurmopt, then seen running
         pins = [t for t in daemon.transitions(job_id) if t.to_state is ManagedJobState.PINNED]
         assert len(pins) == 1, daemon.transitions(job_id)
     assert _field(slurm, small, "%D") == "1"  # never grown

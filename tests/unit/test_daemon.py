@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from slurmopt.cli import cli
-from slurmopt.daemon.heartbeat import read_heartbeat
+from slurmopt.daemon.heartbeat import read_heartbeat, write_heartbeat
 from slurmopt.daemon.loop import BEAT_NAME, LEASE_NAME, Daemon, Mode
 from slurmopt.daemon.managed import is_managed, planning_priorities, plugin_held
 from slurmopt.daemon.status import decode
@@ -247,6 +247,7 @@ def test_disable_with_slurm_down_still_flips_the_switch_and_fails_in_one_line(
     client = FakeSlurmClient(two_leaves()[0], [held_job(1)])
     client.down = True
     db = f"sqlite:///{tmp_path / 'd.db'}"
+    Store.open(db).close()  # the daemon made the store earlier
     conf = str(_cli_config(tmp_path))
     with pytest.raises(SystemExit) as exc:
         import slurmopt.cli.daemon as daemon_cli
@@ -259,6 +260,29 @@ def test_disable_with_slurm_down_still_flips_the_switch_and_fails_in_one_line(
     assert read_switch(store).disabled
     store.close()
     assert not read_heartbeat(tmp_path / "heartbeat", max_age_s=30).enforcing
+
+
+def test_disable_without_a_store_still_writes_the_heartbeat_and_says_why_it_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from slurmopt.cli import main
+
+    db = tmp_path / "none" / "d.db"
+    conf = str(_cli_config(tmp_path))
+    write_heartbeat(tmp_path / "heartbeat", True)
+    with pytest.raises(SystemExit) as exc:
+        main(["disable", "--config", conf, "--db", f"sqlite:///{db}"])
+    assert exc.value.code == 74
+    assert "no slurmopt store" in capsys.readouterr().err
+    assert not db.exists() and not db.parent.exists()  # only the daemon creates the store
+    assert not read_heartbeat(tmp_path / "heartbeat", max_age_s=30).enforcing
+
+
+def test_the_daemon_creates_its_store_private_to_its_group(tmp_path: Path) -> None:
+    db = tmp_path / "var" / "d.db"
+    Store.open(f"sqlite:///{db}", create=True).close()
+    assert oct(db.parent.stat().st_mode & 0o7777) == oct(0o2750)
+    assert oct(db.stat().st_mode & 0o777) == oct(0o640)
 
 
 def test_daemon_once_in_advisory_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
