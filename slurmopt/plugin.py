@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmopt.config import slurm_conf_dir
 from slurmopt.errors import UsageError
 from slurmopt.submit.tag import PREFIX, SEPARATOR
 
@@ -35,8 +36,6 @@ HEARTBEAT_PLACEHOLDER = "@SLURMOPT_HEARTBEAT_PATH@"
 MAX_AGE_PLACEHOLDER = "@SLURMOPT_MAX_AGE_S@"
 #: The comment field the plugin adds to a job it held itself.
 HELD_FIELD = "held"
-#: Where slurm.conf lives when ``$SLURM_CONF`` is unset.
-DEFAULT_SLURM_DIR = "/etc/slurm"
 
 _HEARTBEAT_LINE = re.compile(r'^local HEARTBEAT_PATH = "((?:[^"\\]|\\.)*)"$', re.MULTILINE)
 _MAX_AGE_LINE = re.compile(r'^local MAX_AGE_S = (?:math.min\()?tonumber\("([^"]*)"\)', re.MULTILINE)
@@ -115,9 +114,7 @@ def baked_settings(script: str) -> BakedSettings | None:
 
 def default_dest(env: Mapping[str, str] | None = None) -> Path:
     """Where slurmctld looks for ``job_submit.lua``: beside ``$SLURM_CONF``, else ``/etc/slurm``."""
-    env = os.environ if env is None else env
-    conf = env.get("SLURM_CONF")
-    return Path(conf).parent if conf else Path(DEFAULT_SLURM_DIR)
+    return slurm_conf_dir(env)
 
 
 def slurm_conf_path(dest: Path, env: Mapping[str, str] | None = None) -> Path:
