@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from slurmopt.cli.common import emit_json
+from slurmopt.cli.wiring import config_option
 from slurmopt.config import load_config
 from slurmopt.daemon.heartbeat import read_heartbeat
 from slurmopt.errors import UsageError
@@ -74,13 +75,7 @@ def _backup(path: Path) -> Path:
 
 
 @plugin.command("install")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="slurmopt config file (heartbeat_path, heartbeat_max_age_s).",
-)
+@config_option
 @click.option(
     "--dest",
     type=click.Path(file_okay=False),
@@ -214,13 +209,7 @@ def _print_install(r: dict[str, Any]) -> None:
 
 
 @plugin.command("status")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="slurmopt config file (used when no plugin is installed).",
-)
+@config_option
 @click.option(
     "--dest",
     type=click.Path(file_okay=False),
