@@ -33,6 +33,7 @@ def cli(ctx: click.Context, backend: str) -> None:
 
 
 def _register() -> None:
+    from slurmopt.cli.config import config_group
     from slurmopt.cli.daemon import daemon, disable, enable
     from slurmopt.cli.explain import explain
     from slurmopt.cli.fragmentation import fragmentation
@@ -56,6 +57,7 @@ def _register() -> None:
     cli.add_command(plugin)
     cli.add_command(preemptions)
     cli.add_command(verify)
+    cli.add_command(config_group)
 
 
 _register()
