@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from slurmopt import __version__
 from slurmopt.cli.common import emit_json
 from slurmopt.cli.wiring import config_option
 from slurmopt.config import load_config
@@ -29,6 +30,7 @@ from slurmopt.plugin import (
     conf_change,
     default_dest,
     format_seconds,
+    installed_plugin,
     read_source,
     render_plugin,
     slurm_conf_path,
@@ -223,27 +225,23 @@ def status(config_path: str | None, dest: str | None, as_json: bool) -> None:
     script = dest_dir / SCRIPT_NAME
     conf = slurm_conf_path(dest_dir)
     conf_text = _read_text(conf, "slurm.conf")
-    script_text = _read_text(script, "the installed plugin")
-    baked = baked_settings(script_text) if script_text is not None else None
-    if baked is not None and baked.rendered:
+    found = installed_plugin(_read_text(script, "the installed plugin"), read_source())
+    baked = found.baked
+    if baked is not None and baked.rendered and baked.max_age_s is not None:
         heartbeat, max_age, source = baked.heartbeat_path, baked.max_age_s, "plugin"
     else:
         cfg = load_config(config_path)
         heartbeat, max_age, source = cfg.heartbeat_path, cfg.heartbeat_max_age_s, "config"
-    assert max_age is not None
     beat = read_heartbeat(heartbeat, max_age_s=max_age)
-    installed = (
-        "missing"
-        if script_text is None
-        else "foreign"
-        if baked is None
-        else ("installed" if baked.rendered else "unrendered")
-    )
+    installed = found.state
     report: dict[str, Any] = {
         "slurm_conf": str(conf),
         "conf_enables": None if conf_text is None else not conf_change(conf_text).needed,
         "script": str(script),
         "script_state": installed,
+        "version": found.version,
+        "current_version": __version__,
+        "stale": found.stale,
         "heartbeat_path": heartbeat,
         "max_age_s": max_age,
         "settings_from": source,
@@ -260,7 +258,10 @@ def status(config_path: str | None, dest: str | None, as_json: bool) -> None:
         return
     enables = {None: "not found", True: "enables JobSubmitPlugins=lua", False: "does not enable it"}
     click.echo(f"slurm.conf: {conf}: {enables[report['conf_enables']]}")
-    click.echo(f"plugin:     {script}: {installed}")
+    version = f" (slurmopt {found.version})" if found.version else ""
+    click.echo(f"plugin:     {script}: {installed}{version}")
+    if found.stale:
+        click.echo(f"stale:      {found.stale}; run `slurmopt plugin install` again")
     click.echo(
         f"heartbeat:  {heartbeat} (max age {format_seconds(max_age)} s, from {source}): "
         f"{beat.reason}"
