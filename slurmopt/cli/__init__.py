@@ -41,6 +41,7 @@ def _register() -> None:
     from slurmopt.cli.plugin import plugin
     from slurmopt.cli.preemptions import preemptions
     from slurmopt.cli.simulate import simulate_cmd
+    from slurmopt.cli.status import status
     from slurmopt.cli.submit import submit
     from slurmopt.cli.topology import topology
     from slurmopt.cli.verify import verify
@@ -58,6 +59,7 @@ def _register() -> None:
     cli.add_command(preemptions)
     cli.add_command(verify)
     cli.add_command(config_group)
+    cli.add_command(status)
 
 
 _register()

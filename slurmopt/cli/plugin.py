@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,10 @@ from slurmopt.errors import UsageError
 from slurmopt.fsutil import atomic_write
 from slurmopt.plugin import (
     SCRIPT_NAME,
+    InstalledPlugin,
     baked_settings,
     conf_change,
+    conf_enables_plugin,
     default_dest,
     format_seconds,
     installed_plugin,
@@ -210,6 +213,26 @@ def _print_install(r: dict[str, Any]) -> None:
         click.echo("slurmctld rereads job_submit.lua by itself when the file changes")
 
 
+@dataclass(frozen=True, slots=True)
+class Site:
+    """The plugin as installed beside one slurm.conf (``conf_enables`` None: no slurm.conf)."""
+
+    conf: Path
+    conf_enables: bool | None
+    script: Path
+    plugin: InstalledPlugin
+
+
+def read_site(dest_dir: Path) -> Site:
+    """Read slurm.conf and job_submit.lua in ``dest_dir``; UsageError when one cannot be read."""
+    script = dest_dir / SCRIPT_NAME
+    conf = slurm_conf_path(dest_dir)
+    conf_text = _read_text(conf, "slurm.conf")
+    enables = None if conf_text is None else conf_enables_plugin(conf_text)
+    found = installed_plugin(_read_text(script, "the installed plugin"), read_source())
+    return Site(conf, enables, script, found)
+
+
 @plugin.command("status")
 @config_option
 @click.option(
@@ -221,11 +244,8 @@ def _print_install(r: dict[str, Any]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 def status(config_path: str | None, dest: str | None, as_json: bool) -> None:
     """Whether slurm.conf enables the plugin, what it has baked in, and the heartbeat state."""
-    dest_dir = Path(dest) if dest else default_dest()
-    script = dest_dir / SCRIPT_NAME
-    conf = slurm_conf_path(dest_dir)
-    conf_text = _read_text(conf, "slurm.conf")
-    found = installed_plugin(_read_text(script, "the installed plugin"), read_source())
+    site = read_site(Path(dest) if dest else default_dest())
+    script, conf, found = site.script, site.conf, site.plugin
     baked = found.baked
     if baked is not None and baked.rendered and baked.max_age_s is not None:
         heartbeat, max_age, source = baked.heartbeat_path, baked.max_age_s, "plugin"
@@ -236,7 +256,7 @@ def status(config_path: str | None, dest: str | None, as_json: bool) -> None:
     installed = found.state
     report: dict[str, Any] = {
         "slurm_conf": str(conf),
-        "conf_enables": None if conf_text is None else not conf_change(conf_text).needed,
+        "conf_enables": site.conf_enables,
         "script": str(script),
         "script_state": installed,
         "version": found.version,

@@ -12,16 +12,23 @@ from slurmopt.cli import cli, main
 from slurmopt.config import DEFAULT_CONFIG_PATH, config_keys
 
 
-@pytest.fixture
-def etc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A Slurm config directory holding slurmopt.toml, named by SLURM_CONF only."""
+def slurm_etc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slurmopt_toml: str) -> Path:
+    """``tmp_path/etc`` as the Slurm config directory (named by SLURM_CONF only) with slurmopt.toml.
+
+    The variables that would name another config or override its values are unset.
+    """
     for var in ("SLURMOPT_CONFIG", "SLURMOPT_DB", "SLURMOPT_ENFORCE", "SLURMOPT_INTERVAL"):
         monkeypatch.delenv(var, raising=False)
     directory = tmp_path / "etc"
     directory.mkdir()
-    (directory / "slurmopt.toml").write_text("enforce = true\ninterval_s = 2\n")
+    (directory / "slurmopt.toml").write_text(slurmopt_toml)
     monkeypatch.setenv("SLURM_CONF", str(directory / "slurm.conf"))
     return directory
+
+
+@pytest.fixture
+def etc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return slurm_etc(tmp_path, monkeypatch, "enforce = true\ninterval_s = 2\n")
 
 
 def test_json_names_the_file_the_search_and_each_source(
