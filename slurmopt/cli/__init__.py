@@ -38,6 +38,7 @@ def _register() -> None:
     from slurmopt.cli.explain import explain
     from slurmopt.cli.fragmentation import fragmentation
     from slurmopt.cli.health import node_agent
+    from slurmopt.cli.plan import plan_cmd
     from slurmopt.cli.plugin import plugin
     from slurmopt.cli.preemptions import preemptions
     from slurmopt.cli.simulate import simulate_cmd
@@ -60,6 +61,7 @@ def _register() -> None:
     cli.add_command(verify)
     cli.add_command(config_group)
     cli.add_command(status)
+    cli.add_command(plan_cmd)
 
 
 _register()
