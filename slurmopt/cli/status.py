@@ -239,6 +239,9 @@ def status_report(wiring: Wiring, now: float) -> dict[str, Any]:
             "last_cycle_s": record.cycle_s,
             "summary": record.summary,
             "version": record.version or None,
+            "heartbeat_seq": record.heartbeat_seq,
+            "plugin_seq_seen": record.plugin_seq_seen,
+            "fencing_token": record.fencing_token,
         },
         "kill_switch": None
         if switch is None
@@ -300,16 +303,18 @@ def _print(report: dict[str, Any]) -> None:
     elif report["store"]["error"] is None:
         click.echo("lease:       none (no daemon holds the enforcer lease)")
     beat = report["heartbeat"]
-    click.echo(f"heartbeat:   {beat['path']}: {beat['reason']}")
+    written = "" if beat["holder"] is None else f" (written by {beat['holder']})"
+    click.echo(f"heartbeat:   {beat['path']}: {beat['reason']}{written}")
     plugin = report["plugin"]
     if "error" in plugin:
         click.echo(f"plugin:      {plugin['error']}")
     else:
-        version = f" (slurmopt {plugin['version']})" if plugin["version"] else ""
-        stale = " (stale)" if plugin["stale"] else ""
+        about = [f"slurmopt {plugin['version']}"] if plugin["version"] else []
+        about += ["stale"] if plugin["stale"] else []
+        version = f" ({', '.join(about)})" if about else ""
         conf = {None: "not found", True: "enables it", False: "does not enable it"}
         click.echo(
-            f"plugin:      {plugin['script']}: {plugin['state']}{version}{stale}; "
+            f"plugin:      {plugin['script']}: {plugin['state']}{version}; "
             f"{plugin['slurm_conf']} {conf[plugin['conf_enables']]}"
         )
     jobs = report["jobs"]
