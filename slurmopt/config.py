@@ -6,8 +6,11 @@ file is found like ClusterShell finds its own: the first of
 1. ``--config FILE`` (the ``path`` argument; it must exist),
 2. ``$SLURMOPT_CONFIG`` (it must exist too: a typo must not silently mean
    "defaults" on a controller that is meant to enforce),
-3. ``/etc/slurmopt/slurmopt.toml`` when present,
-4. nothing: defaults only.
+3. ``slurmopt.toml`` beside slurm.conf (``$SLURM_CONF``'s directory, else
+   ``/etc/slurm``) when present, so a cluster whose Slurm lives elsewhere
+   needs no second variable,
+4. ``/etc/slurmopt/slurmopt.toml`` when present,
+5. nothing: defaults only.
 
 Then a few environment variables (``SLURMOPT_DB``, ``SLURMOPT_ENFORCE``,
 ``SLURMOPT_INTERVAL``, ``SLURMOPT_BACKEND``, and ``SLURMOPT_HEALTH_<NAME>``
@@ -40,6 +43,10 @@ from slurmopt.slurm import BACKENDS
 
 DEFAULT_CONFIG_PATH = "/etc/slurmopt/slurmopt.toml"
 CONFIG_ENV = "SLURMOPT_CONFIG"
+#: The config file's name when it sits beside slurm.conf.
+CONFIG_NAME = "slurmopt.toml"
+#: Where slurm.conf lives when ``$SLURM_CONF`` is unset.
+DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 #: The node agent's keys (``slurmopt node-agent``, docs/health.md).  Integer keys map to their
@@ -260,23 +267,61 @@ def _unknown_key(where: str, key: str) -> ConfigError:
     return ConfigError(f"{where}: unknown key {key!r}{hint}")
 
 
+def slurm_conf_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The directory of slurm.conf: ``$SLURM_CONF``'s, else ``/etc/slurm``."""
+    env = os.environ if env is None else env
+    return Path(env.get("SLURM_CONF") or DEFAULT_SLURM_CONF).parent
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSearch:
+    """Where the search path led: the file found (None: defaults only), how, and what was tried.
+
+    ``tried`` lists ``(how, path)`` in search order, up to and including the
+    one found; ``how`` is ``--config``, ``$SLURMOPT_CONFIG``,
+    ``beside slurm.conf`` or ``default``.
+    """
+
+    found: Path | None
+    how: str | None
+    tried: tuple[tuple[str, str], ...]
+
+
+def search_config_file(
+    path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    default_path: str | os.PathLike[str] = DEFAULT_CONFIG_PATH,
+) -> ConfigSearch:
+    """Follow the search path; a named file (``--config``, ``$SLURMOPT_CONFIG``) must exist."""
+    env = os.environ if env is None else env
+    explicit: tuple[Path, str] | None = None
+    if path is not None:
+        explicit = Path(path), "--config"
+    elif env.get(CONFIG_ENV):
+        explicit = Path(env[CONFIG_ENV]), f"${CONFIG_ENV}"
+    if explicit is not None:
+        named, how = explicit
+        if not named.exists():
+            raise ConfigError(f"{named}: no such config file (from {how})")
+        return ConfigSearch(named, how, ((how, str(named)),))
+    tried: list[tuple[str, str]] = []
+    for how, candidate in (
+        ("beside slurm.conf", slurm_conf_dir(env) / CONFIG_NAME),
+        ("default", Path(default_path)),
+    ):
+        tried.append((how, str(candidate)))
+        if candidate.exists():
+            return ConfigSearch(candidate, how, tuple(tried))
+    return ConfigSearch(None, None, tuple(tried))
+
+
 def find_config_file(
     path: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     default_path: str | os.PathLike[str] = DEFAULT_CONFIG_PATH,
 ) -> Path | None:
     """The file to read, following the search path; None means defaults only."""
-    env = os.environ if env is None else env
-    if path is not None:
-        explicit, how = Path(path), "--config"
-    elif env.get(CONFIG_ENV):
-        explicit, how = Path(env[CONFIG_ENV]), f"${CONFIG_ENV}"
-    else:
-        candidate = Path(default_path)
-        return candidate if candidate.exists() else None
-    if not explicit.exists():
-        raise ConfigError(f"{explicit}: no such config file (from {how})")
-    return explicit
+    return search_config_file(path, env, default_path).found
 
 
 def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -382,12 +427,17 @@ def load_config(
 
 __all__ = [
     "CONFIG_ENV",
+    "CONFIG_NAME",
     "DEFAULT_CONFIG_PATH",
+    "DEFAULT_SLURM_CONF",
     "ENV_OVERRIDES",
     "HEALTH_KEYS",
     "Config",
+    "ConfigSearch",
     "config_keys",
     "find_config_file",
     "load_config",
     "read_config_file",
+    "search_config_file",
+    "slurm_conf_dir",
 ]

@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmopt import __version__
+from slurmopt.config import slurm_conf_dir
 from slurmopt.errors import UsageError
 from slurmopt.submit.tag import has_field
 
@@ -33,13 +35,14 @@ SCRIPT_NAME = "job_submit.lua"
 MARKER = "slurmopt job-submit plugin"
 HEARTBEAT_PLACEHOLDER = "@SLURMOPT_HEARTBEAT_PATH@"
 MAX_AGE_PLACEHOLDER = "@SLURMOPT_MAX_AGE_S@"
+#: Replaced by the slurmopt version that rendered the script, so ``status`` can tell a stale one.
+VERSION_PLACEHOLDER = "@SLURMOPT_VERSION@"
 #: The comment field the plugin adds to a job it held itself.
 HELD_FIELD = "held"
-#: Where slurm.conf lives when ``$SLURM_CONF`` is unset.
-DEFAULT_SLURM_DIR = "/etc/slurm"
 
 _HEARTBEAT_LINE = re.compile(r'^local HEARTBEAT_PATH = "((?:[^"\\]|\\.)*)"$', re.MULTILINE)
 _MAX_AGE_LINE = re.compile(r'^local MAX_AGE_S = (?:math.min\()?tonumber\("([^"]*)"\)', re.MULTILINE)
+_VERSION_LINE = re.compile(r'^local SLURMOPT_VERSION = "((?:[^"\\]|\\.)*)"', re.MULTILINE)
 _CONF_KEY = re.compile(r"^\s*JobSubmitPlugins\s*=\s*(?P<value>[^#]*?)\s*(?P<comment>#.*)?$", re.I)
 
 
@@ -71,29 +74,41 @@ def format_seconds(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else repr(float(seconds))
 
 
-def render_plugin(source: str, heartbeat_path: str, max_age_s: float) -> str:
-    """The script with the heartbeat path and maximum age baked in.
+def render_plugin(
+    source: str, heartbeat_path: str, max_age_s: float, version: str = __version__
+) -> str:
+    """The script with the heartbeat path, maximum age and slurmopt version baked in.
 
     Each placeholder must occur exactly once (in its own ``local`` line), so
     a changed script cannot silently come out half-rendered.
     """
     if not os.path.isabs(heartbeat_path):
         raise UsageError(f"the heartbeat path must be absolute, got {heartbeat_path!r}")
-    for placeholder in (HEARTBEAT_PLACEHOLDER, MAX_AGE_PLACEHOLDER):
+    for placeholder in (HEARTBEAT_PLACEHOLDER, MAX_AGE_PLACEHOLDER, VERSION_PLACEHOLDER):
         if source.count(placeholder) != 1:
             raise UsageError(f"plugin source must contain {placeholder} exactly once")
-    return source.replace(HEARTBEAT_PLACEHOLDER, lua_string(heartbeat_path)).replace(
-        MAX_AGE_PLACEHOLDER, format_seconds(max_age_s)
+    return (
+        source.replace(HEARTBEAT_PLACEHOLDER, lua_string(heartbeat_path))
+        .replace(MAX_AGE_PLACEHOLDER, format_seconds(max_age_s))
+        .replace(VERSION_PLACEHOLDER, lua_string(version))
     )
 
 
 @dataclass(frozen=True, slots=True)
 class BakedSettings:
-    """What an installed script was rendered with; ``rendered`` is False for the raw source."""
+    """What an installed script was rendered with; ``rendered`` is False for the raw source.
+
+    ``version`` is the slurmopt that rendered it (None: rendered before versions were stamped).
+    """
 
     heartbeat_path: str
     max_age_s: float | None
     rendered: bool
+    version: str | None = None
+
+
+def _lua_unescape(text: str) -> str:
+    return re.sub(r"\\(.)", r"\1", text)
 
 
 def baked_settings(script: str) -> BakedSettings | None:
@@ -104,20 +119,62 @@ def baked_settings(script: str) -> BakedSettings | None:
     age_match = _MAX_AGE_LINE.search(script)
     if path_match is None or age_match is None:
         return None
-    path = re.sub(r"\\(.)", r"\1", path_match.group(1))
+    path = _lua_unescape(path_match.group(1))
     try:
         max_age: float | None = float(age_match.group(1))
     except ValueError:
         max_age = None
     rendered = path != HEARTBEAT_PLACEHOLDER and max_age is not None
-    return BakedSettings(heartbeat_path=path, max_age_s=max_age, rendered=rendered)
+    version_match = _VERSION_LINE.search(script)
+    version = _lua_unescape(version_match.group(1)) if version_match else None
+    if version == VERSION_PLACEHOLDER:
+        version = None
+    return BakedSettings(path, max_age, rendered, version)
+
+
+@dataclass(frozen=True, slots=True)
+class InstalledPlugin:
+    """What is installed as ``job_submit.lua``, and whether it is what ``install`` writes now.
+
+    ``state``: ``missing``, ``foreign`` (not slurmopt's), ``unrendered`` or
+    ``installed``.  ``stale`` says why an installed script differs from a
+    fresh rendering with its own settings (None: it is current), so an
+    upgrade whose plugin was not reinstalled is seen, not guessed.
+    """
+
+    state: str
+    baked: BakedSettings | None
+    stale: str | None
+
+    @property
+    def version(self) -> str | None:
+        """The slurmopt version that rendered the installed script, when known."""
+        return self.baked.version if self.baked else None
+
+
+def installed_plugin(
+    script: str | None, source: str, version: str = __version__
+) -> InstalledPlugin:
+    """Judge an installed script (None: no file) against ``source`` rendered by ``version``."""
+    if script is None:
+        return InstalledPlugin("missing", None, None)
+    baked = baked_settings(script)
+    if baked is None:
+        return InstalledPlugin("foreign", None, None)
+    if not baked.rendered or baked.max_age_s is None:
+        return InstalledPlugin("unrendered", baked, None)
+    stale = None
+    if baked.version != version:
+        by = f"slurmopt {baked.version}" if baked.version else "a slurmopt that stamped no version"
+        stale = f"rendered by {by}; this is slurmopt {version}"
+    elif script != render_plugin(source, baked.heartbeat_path, baked.max_age_s, version):
+        stale = "its text differs from what `slurmopt plugin install` writes now"
+    return InstalledPlugin("installed", baked, stale)
 
 
 def default_dest(env: Mapping[str, str] | None = None) -> Path:
     """Where slurmctld looks for ``job_submit.lua``: beside ``$SLURM_CONF``, else ``/etc/slurm``."""
-    env = os.environ if env is None else env
-    conf = env.get("SLURM_CONF")
-    return Path(conf).parent if conf else Path(DEFAULT_SLURM_DIR)
+    return slurm_conf_dir(env)
 
 
 def slurm_conf_path(dest: Path, env: Mapping[str, str] | None = None) -> Path:
@@ -230,11 +287,14 @@ __all__ = [
     "ConfChange",
     "HELD_FIELD",
     "MARKER",
+    "VERSION_PLACEHOLDER",
+    "InstalledPlugin",
     "SCRIPT_NAME",
     "baked_settings",
     "conf_change",
     "conf_enables_plugin",
     "default_dest",
+    "installed_plugin",
     "merge_plugins",
     "loads_lua",
     "plugin_held",

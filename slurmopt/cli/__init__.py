@@ -33,13 +33,16 @@ def cli(ctx: click.Context, backend: str) -> None:
 
 
 def _register() -> None:
+    from slurmopt.cli.config import config_group
     from slurmopt.cli.daemon import daemon, disable, enable
     from slurmopt.cli.explain import explain
     from slurmopt.cli.fragmentation import fragmentation
     from slurmopt.cli.health import node_agent
+    from slurmopt.cli.plan import plan_cmd
     from slurmopt.cli.plugin import plugin
     from slurmopt.cli.preemptions import preemptions
     from slurmopt.cli.simulate import simulate_cmd
+    from slurmopt.cli.status import status
     from slurmopt.cli.submit import submit
     from slurmopt.cli.topology import topology
     from slurmopt.cli.verify import verify
@@ -56,6 +59,9 @@ def _register() -> None:
     cli.add_command(plugin)
     cli.add_command(preemptions)
     cli.add_command(verify)
+    cli.add_command(config_group)
+    cli.add_command(status)
+    cli.add_command(plan_cmd)
 
 
 _register()

@@ -5,13 +5,9 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
-
-if TYPE_CHECKING:
-    from slurmopt.config import Config
-    from slurmopt.slurm.base import SlurmClient
 
 
 def emit_json(data: Any) -> None:
@@ -48,34 +44,3 @@ def print_table(
                 for i, (c, w) in enumerate(zip(r, widths, strict=True))
             ).rstrip()
         )
-
-
-def connect_for(ctx: click.Context, config: Config) -> SlurmClient:
-    """A Slurm client for a config-driven command.
-
-    ``slurmopt --backend`` wins when given on the command line or through its
-    environment variable; otherwise the configuration's ``backend`` (and its
-    ``rest_url``) decide, so a site's TOML file is honoured.
-    """
-    from slurmopt.slurm import connect
-
-    root = ctx.find_root()
-    backend = config.backend
-    if root.get_parameter_source("backend") in (
-        click.core.ParameterSource.COMMANDLINE,
-        click.core.ParameterSource.ENVIRONMENT,
-    ):
-        backend = str((root.obj or {}).get("backend", config.backend))
-    if backend == "rest" and config.rest_url:
-        return connect("rest", url=config.rest_url)
-    return connect(backend)
-
-
-#: ``--fabric FILE`` for commands that otherwise discover the fabric from Slurm.
-fabric_option = click.option(
-    "--fabric",
-    "fabric_file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Fabric description file (default: discovered from Slurm).",
-)

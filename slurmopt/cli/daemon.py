@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from slurmopt.cli.common import connect_for, emit_json
-from slurmopt.config import Config, load_config
+from slurmopt.cli.common import emit_json
+from slurmopt.cli.wiring import config_option, connect_for, db_option, resolve
+from slurmopt.config import Config
 from slurmopt.errors import SlurmCommandError, SlurmoptError
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ _METRICS_ADDRESS = "127.0.0.1"
 
 
 def _connect(ctx: click.Context, config: Config) -> Any:
+    """The Slurm client (a seam the tests replace with a fake)."""
     return connect_for(ctx, config)
 
 
@@ -36,21 +38,9 @@ def _setup_logging(level: str) -> None:
         logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
-_config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Configuration file (default: $SLURMOPT_CONFIG, else /etc/slurmopt/slurmopt.toml).",
-)
-_db_option = click.option(
-    "--db", default=None, help="Database URL (default: from the configuration or $SLURMOPT_DB)."
-)
-
-
 @click.command()
-@_config_option
-@_db_option
+@config_option
+@db_option
 @click.option("--interval", type=float, default=None, help="Seconds between cycles.")
 @click.option(
     "--enforce/--advisory",
@@ -83,14 +73,15 @@ def daemon(
 ) -> None:
     """Plan every interval; with --enforce, pin and release the jobs slurmopt holds."""
     from slurmopt.daemon.loop import Daemon
-    from slurmopt.store import Store
 
-    config = load_config(
+    wiring = resolve(
+        ctx,
         config_path,
         {"db": db, "interval_s": interval, "enforce": enforce, "metrics_port": metrics_port},
     )
+    config = wiring.config
     _setup_logging(config.log_level)
-    store = Store.open(config.db, create=True)
+    store = wiring.open_store(create=True)  # only the daemon creates the store
     try:
         runner = Daemon(config, _connect(ctx, config), store)
         runner.preflight()  # --enforce that cannot work exits 78 here, naming the fix
@@ -161,8 +152,8 @@ def _release_all(ctx: click.Context, config: Config, store: Store) -> _Released:
 
 
 @click.command()
-@_config_option
-@_db_option
+@config_option
+@db_option
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.pass_context
 def disable(ctx: click.Context, config_path: str | None, db: str | None, as_json: bool) -> None:
@@ -175,9 +166,10 @@ def disable(ctx: click.Context, config_path: str | None, db: str | None, as_json
     """
     from slurmopt.daemon.heartbeat import write_heartbeat
     from slurmopt.daemon.switch import operator, set_switch
-    from slurmopt.store import Store, StoreError
+    from slurmopt.store import StoreError
 
-    config = load_config(config_path, {"db": db})
+    wiring = resolve(ctx, config_path, {"db": db})
+    config = wiring.config
 
     def stop_holding() -> str | None:
         try:
@@ -189,7 +181,7 @@ def disable(ctx: click.Context, config_path: str | None, db: str | None, as_json
         return None
 
     try:
-        store = Store.open(config.db, create=False)
+        store = wiring.open_store()
     except StoreError:
         stop_holding()  # whatever else fails, the plugin stops holding new jobs
         raise
@@ -222,16 +214,15 @@ def disable(ctx: click.Context, config_path: str | None, db: str | None, as_json
 
 
 @click.command()
-@_config_option
-@_db_option
+@config_option
+@db_option
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-def enable(config_path: str | None, db: str | None, as_json: bool) -> None:
+@click.pass_context
+def enable(ctx: click.Context, config_path: str | None, db: str | None, as_json: bool) -> None:
     """Undo `slurmopt disable`: daemons started with --enforce enforce again."""
     from slurmopt.daemon.switch import operator, set_switch
-    from slurmopt.store import Store
 
-    config = load_config(config_path, {"db": db})
-    store = Store.open(config.db, create=False)
+    store = resolve(ctx, config_path, {"db": db}).open_store()
     try:
         set_switch(store, False, operator())
     finally:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from slurmopt.cli.common import emit_json, fabric_option, print_table
+from slurmopt.cli.common import emit_json, print_table
+from slurmopt.cli.wiring import Wiring, config_option, db_option, fabric_option, resolve
 from slurmopt.errors import UsageError
 from slurmopt.policy.fragmentation import (
     QUEUE_SOURCE,
@@ -108,17 +109,15 @@ def _sample_json(sample: FragmentationSample) -> dict[str, Any]:
 
 
 def _history(
+    wiring: Wiring,
     partition: str | None,
     since_text: str | None,
     until_text: str | None,
-    db: str | None,
-    config_file: str | None,
     as_json: bool,
 ) -> None:
     """The stored samples between two times, from the store alone (Slurm is never asked)."""
     from sqlalchemy.exc import OperationalError
 
-    from slurmopt.cli.explain import open_store_for_reading, store_url
     from slurmopt.explain import format_time
     from slurmopt.store import StoreError
 
@@ -127,7 +126,7 @@ def _history(
     until = None if until_text is None else parse_time_bound(until_text, now, "--until")
     if until is not None and until <= since:
         raise UsageError(f"--since {format_time(since)} is not before --until {format_time(until)}")
-    store = open_store_for_reading(store_url(db, config_file))
+    store = wiring.read_store()
     try:
         samples = store.fragmentation_history(since, until, partition=partition)
     except OperationalError as exc:
@@ -246,14 +245,8 @@ def _print_report(report: FragmentationReport) -> None:
     metavar="DURATION|TIME",
     help="With --history: up to (not including) this time (default: no limit).",
 )
-@click.option("--db", default=None, metavar="URL", help="With --history: store URL.")
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="With --history: slurmopt config file, for its db.",
-)
+@db_option
+@config_option
 @click.pass_context
 def fragmentation(
     ctx: click.Context,
@@ -265,31 +258,29 @@ def fragmentation(
     since: str | None,
     until: str | None,
     db: str | None,
-    config_file: str | None,
+    config_path: str | None,
 ) -> None:
-    """Free, stranded and unusable GPUs, per leaf switch and for the whole scope."""
+    """Free, stranded and unusable GPUs, per leaf switch and for the whole scope.
+
+    Slurm, the fabric and (with --history) the store come from the config
+    (--config); --fabric and --db override it.  The report names the fabric.
+    """
     source = click.core.ParameterSource.COMMANDLINE
     if history:
         for name in ("fabric_file", "job_sizes"):
             if ctx.get_parameter_source(name) is source:
                 flag = "--fabric" if name == "fabric_file" else "--job-sizes"
                 raise UsageError(f"{flag} measures the cluster now; it does not apply to --history")
-        _history(partition, since, until, db, config_file, as_json)
+        _history(resolve(ctx, config_path, {"db": db}), partition, since, until, as_json)
         return
     for name, flag in (("since", "--since"), ("until", "--until"), ("db", "--db")):
         if ctx.params[name] is not None:
             raise UsageError(f"{flag} needs --history")
-    if config_file is not None:
-        raise UsageError("--config needs --history")
-    from slurmopt.fabric.discover import load_fabric
-    from slurmopt.slurm import connect
-
     distribution = _read_job_sizes(job_sizes)
-    obj = ctx.find_root().obj or {}
-    client = connect(obj.get("backend", "cli"))
-    snapshot = client.snapshot()
+    wiring = resolve(ctx, config_path, {"fabric": fabric_file})
+    snapshot = wiring.client().snapshot()
     scope_nodes(snapshot, partition)  # an unknown partition fails before fabric discovery
-    fabric = load_fabric(client=client, fabric_file=fabric_file, nodes=list(snapshot.nodes))
+    fabric = wiring.fabric(snapshot)
     report = fragmentation_report(snapshot, fabric, partition=partition, job_sizes=distribution)
     if as_json:
         emit_json(report.to_json())

@@ -15,12 +15,16 @@ import signal
 import socket
 import threading
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from slurmopt.cli.common import emit_json, print_table
+from slurmopt.cli.wiring import config_option, connect_for
 from slurmopt.errors import UsageError
+
+if TYPE_CHECKING:
+    from slurmopt.health.agent import DrainClient
 
 #: Agents started together (a rack booting) wait a random part of one interval, at most this.
 MAX_FIRST_DELAY_S = 300.0
@@ -31,19 +35,6 @@ def _node_name(given: str | None) -> str:
     if given:
         return given
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-
-
-def _connect(ctx: click.Context, config: Any) -> Any:
-    from slurmopt.slurm import connect
-
-    root = ctx.find_root()
-    source = root.get_parameter_source("backend")
-    backend = str(config.backend)
-    if source in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT):
-        backend = str((root.obj or {}).get("backend", backend))
-    if backend == "rest":
-        return connect("rest", url=config.rest_url or None)
-    return connect(backend)
 
 
 def _gpu_rows(result: Any) -> list[list[str]]:
@@ -106,13 +97,7 @@ def _gpu_rows(result: Any) -> list[list[str]]:
     default=None,
     help="How long each check waits for Xid events [config health_xid_wait_ms: 100].",
 )
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="slurmopt TOML config [default: $SLURMOPT_CONFIG, /etc/slurmopt/slurmopt.toml].",
-)
+@config_option
 @click.option("--fake-nvml", type=click.Path(dir_okay=False), default=None, hidden=True)
 @click.pass_context
 def node_agent(
@@ -186,7 +171,7 @@ def node_agent(
     agent = NodeAgent(
         _node_name(node),
         reader,
-        lambda: _connect(ctx, config),
+        lambda: cast("DrainClient", connect_for(ctx, config)),
         thresholds=thresholds,
         cap=cap,
         dry_run=dry_run,

@@ -12,22 +12,28 @@ from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
+from slurmopt import __version__
 from slurmopt.cli.common import emit_json
+from slurmopt.cli.wiring import config_option
 from slurmopt.config import load_config
 from slurmopt.daemon.heartbeat import read_heartbeat
 from slurmopt.errors import UsageError
 from slurmopt.fsutil import atomic_write
 from slurmopt.plugin import (
     SCRIPT_NAME,
+    InstalledPlugin,
     baked_settings,
     conf_change,
+    conf_enables_plugin,
     default_dest,
     format_seconds,
+    installed_plugin,
     read_source,
     render_plugin,
     slurm_conf_path,
@@ -74,13 +80,7 @@ def _backup(path: Path) -> Path:
 
 
 @plugin.command("install")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="slurmopt config file (heartbeat_path, heartbeat_max_age_s).",
-)
+@config_option
 @click.option(
     "--dest",
     type=click.Path(file_okay=False),
@@ -213,14 +213,28 @@ def _print_install(r: dict[str, Any]) -> None:
         click.echo("slurmctld rereads job_submit.lua by itself when the file changes")
 
 
+@dataclass(frozen=True, slots=True)
+class Site:
+    """The plugin as installed beside one slurm.conf (``conf_enables`` None: no slurm.conf)."""
+
+    conf: Path
+    conf_enables: bool | None
+    script: Path
+    plugin: InstalledPlugin
+
+
+def read_site(dest_dir: Path) -> Site:
+    """Read slurm.conf and job_submit.lua in ``dest_dir``; UsageError when one cannot be read."""
+    script = dest_dir / SCRIPT_NAME
+    conf = slurm_conf_path(dest_dir)
+    conf_text = _read_text(conf, "slurm.conf")
+    enables = None if conf_text is None else conf_enables_plugin(conf_text)
+    found = installed_plugin(_read_text(script, "the installed plugin"), read_source())
+    return Site(conf, enables, script, found)
+
+
 @plugin.command("status")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="slurmopt config file (used when no plugin is installed).",
-)
+@config_option
 @click.option(
     "--dest",
     type=click.Path(file_okay=False),
@@ -230,31 +244,24 @@ def _print_install(r: dict[str, Any]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 def status(config_path: str | None, dest: str | None, as_json: bool) -> None:
     """Whether slurm.conf enables the plugin, what it has baked in, and the heartbeat state."""
-    dest_dir = Path(dest) if dest else default_dest()
-    script = dest_dir / SCRIPT_NAME
-    conf = slurm_conf_path(dest_dir)
-    conf_text = _read_text(conf, "slurm.conf")
-    script_text = _read_text(script, "the installed plugin")
-    baked = baked_settings(script_text) if script_text is not None else None
-    if baked is not None and baked.rendered:
+    site = read_site(Path(dest) if dest else default_dest())
+    script, conf, found = site.script, site.conf, site.plugin
+    baked = found.baked
+    if baked is not None and baked.rendered and baked.max_age_s is not None:
         heartbeat, max_age, source = baked.heartbeat_path, baked.max_age_s, "plugin"
     else:
         cfg = load_config(config_path)
         heartbeat, max_age, source = cfg.heartbeat_path, cfg.heartbeat_max_age_s, "config"
-    assert max_age is not None
     beat = read_heartbeat(heartbeat, max_age_s=max_age)
-    installed = (
-        "missing"
-        if script_text is None
-        else "foreign"
-        if baked is None
-        else ("installed" if baked.rendered else "unrendered")
-    )
+    installed = found.state
     report: dict[str, Any] = {
         "slurm_conf": str(conf),
-        "conf_enables": None if conf_text is None else not conf_change(conf_text).needed,
+        "conf_enables": site.conf_enables,
         "script": str(script),
         "script_state": installed,
+        "version": found.version,
+        "current_version": __version__,
+        "stale": found.stale,
         "heartbeat_path": heartbeat,
         "max_age_s": max_age,
         "settings_from": source,
@@ -271,7 +278,10 @@ def status(config_path: str | None, dest: str | None, as_json: bool) -> None:
         return
     enables = {None: "not found", True: "enables JobSubmitPlugins=lua", False: "does not enable it"}
     click.echo(f"slurm.conf: {conf}: {enables[report['conf_enables']]}")
-    click.echo(f"plugin:     {script}: {installed}")
+    version = f" (slurmopt {found.version})" if found.version else ""
+    click.echo(f"plugin:     {script}: {installed}{version}")
+    if found.stale:
+        click.echo(f"stale:      {found.stale}; run `slurmopt plugin install` again")
     click.echo(
         f"heartbeat:  {heartbeat} (max age {format_seconds(max_age)} s, from {source}): "
         f"{beat.reason}"

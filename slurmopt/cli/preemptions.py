@@ -13,7 +13,7 @@ import click
 from sqlalchemy import select
 
 from slurmopt.cli.common import emit_json, print_table
-from slurmopt.cli.explain import open_store_for_reading, store_url
+from slurmopt.cli.wiring import config_option, db_option, resolve
 from slurmopt.store import JobTransition, ManagedJobState, Preemption, Store
 
 
@@ -60,19 +60,16 @@ def _num(value: float | None, fmt: str = "{:.0f}") -> str:
 
 
 @click.command("preemptions")
-@click.option("--db", default=None, metavar="URL", help="Store URL (default: config db).")
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="slurmopt config file (default: $SLURMOPT_CONFIG, /etc/slurmopt/slurmopt.toml).",
-)
+@db_option
+@config_option
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Newest N only.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def preemptions(db: str | None, config_file: str | None, limit: int | None, as_json: bool) -> None:
+@click.pass_context
+def preemptions(
+    ctx: click.Context, db: str | None, config_path: str | None, limit: int | None, as_json: bool
+) -> None:
     """Past and current preemptions: victim, outcome, lost work and overhead."""
-    store = open_store_for_reading(store_url(db, config_file))
+    store = resolve(ctx, config_path, {"db": db}).read_store()
     try:
         rows = preemption_rows(store, limit)
     finally:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
 from slurmopt.cli.common import emit_json, print_table
-from slurmopt.fabric import Fabric, load_fabric
+from slurmopt.cli.wiring import config_option, fabric_option, resolve
+from slurmopt.fabric import Fabric
 from slurmopt.hostlist import fold
 
 
@@ -51,24 +51,19 @@ def topology() -> None:
 
 
 @topology.command()
-@click.option(
-    "--fabric",
-    "fabric_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Fabric file (topology.conf, topology.yaml or slurmopt fabric YAML) "
-    "instead of asking Slurm.",
-)
+@fabric_option
+@config_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_context
-def show(ctx: click.Context, fabric_file: Path | None, as_json: bool) -> None:
-    """Print the fabric: where it came from, switches per level, and every leaf."""
-    if fabric_file is not None:
-        fabric = load_fabric(fabric_file=fabric_file)
-    else:
-        from slurmopt.slurm import connect
+def show(
+    ctx: click.Context, fabric_file: str | None, config_path: str | None, as_json: bool
+) -> None:
+    """Print the fabric: where it came from, switches per level, and every leaf.
 
-        backend = (ctx.obj or {}).get("backend", "cli")
-        fabric = load_fabric(client=connect(backend))
+    The fabric is --fabric, else the config's fabric, else discovered from
+    Slurm (through the config's backend); "source" names which.
+    """
+    fabric = resolve(ctx, config_path, {"fabric": fabric_file}).fabric()
     summary = fabric_summary(fabric)
     if as_json:
         emit_json(summary)

@@ -22,8 +22,9 @@ from typing import Any
 
 import click
 
-from slurmopt.cli.common import emit_json, fabric_option, print_table
+from slurmopt.cli.common import emit_json, print_table
 from slurmopt.cli.submit import SBATCH_ENV
+from slurmopt.cli.wiring import config_option, fabric_option, resolve
 from slurmopt.errors import SlurmError, SlurmUnavailable, UsageError
 from slurmopt.verify import (
     DEFAULT_MAX_BYTES,
@@ -384,6 +385,7 @@ def write_plot(report: VerifyReport, path: str) -> None:
     help="Seconds to wait for the job, pending and running; then it is cancelled.",
 )
 @fabric_option
+@config_option
 @click.option(
     "--min-efficiency",
     type=float,
@@ -435,6 +437,7 @@ def verify(
     iters: int,
     timeout: float,
     fabric_file: str | None,
+    config_path: str | None,
     min_efficiency: float,
     outlier: float,
     expect_busbw: float | None,
@@ -454,9 +457,7 @@ def verify(
     FLAG lines); 2: bad option; 65: bad fabric or report; 69: Slurm or
     the job failed; 75: the job did not finish within --timeout.
     """
-    from slurmopt.fabric.discover import load_fabric
     from slurmopt.hostlist import HostlistError, expand, fold
-    from slurmopt.slurm import connect
     from slurmopt.templates import TemplateValues, render
     from slurmopt.verify import (
         choose_nodes,
@@ -497,12 +498,13 @@ def verify(
             if node_count != len(names):
                 raise UsageError(f"--nodes {node_count} but --nodelist names {len(names)} nodes")
 
-    client = connect((ctx.find_root().obj or {}).get("backend", "cli"))
+    wiring = resolve(ctx, config_path, {"fabric": fabric_file})
+    client = wiring.client()
     snapshot = client.snapshot()
     if partition is not None and partition not in snapshot.partitions:
         known = ", ".join(sorted(snapshot.partitions)) or "none"
         raise UsageError(f"unknown partition {partition!r} (known: {known})")
-    fabric = load_fabric(client=client, fabric_file=fabric_file, nodes=list(snapshot.nodes))
+    fabric = wiring.fabric(snapshot)
     if names:
         unknown = [n for n in names if n not in snapshot.nodes]
         if unknown:

@@ -50,7 +50,7 @@ from slurmopt.daemon.actuator import ActResult, Actuator
 from slurmopt.daemon.fenced import FencedClient
 from slurmopt.daemon.heartbeat import write_heartbeat
 from slurmopt.daemon.managed import (
-    is_managed,
+    advised,
     ours,
     planning_priorities,
 )
@@ -444,7 +444,7 @@ class Daemon:
             )
 
         def advising(job: Job) -> bool:
-            return job.is_pending and job.gpus_per_node > 0 and is_managed(job, parts)
+            return advised(job, parts)
 
         return enforcing if acting else advising
 

@@ -142,6 +142,11 @@ def ours(job: Job, record: ManagedJob | None) -> bool:
     )
 
 
+def advised(job: Job, managed_partitions: Collection[str] = ()) -> bool:
+    """A job an advisory pass plans: pending, asking for GPUs, and managed (held or not)."""
+    return job.is_pending and job.gpus_per_node > 0 and is_managed(job, managed_partitions)
+
+
 def planning_priorities(jobs: Iterable[Job], recorded: Mapping[int, int | None]) -> dict[int, int]:
     """The priority each planned job is ordered by, since a held job shows Slurm priority 0.
 
@@ -171,6 +176,7 @@ __all__ = [
     "LEFT_TO_SLURM",
     "PLUGIN_HELD_FIELD",
     "USER_HOLD_REASON",
+    "advised",
     "awaits_admin_hold",
     "held_by_slurmopt",
     "is_admin_held",

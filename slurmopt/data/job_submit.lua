@@ -38,6 +38,7 @@ docs/plugin.md.
 local HEARTBEAT_PATH = "@SLURMOPT_HEARTBEAT_PATH@"
 -- Capped: a heartbeat older than an hour never counts as a daemon being there.
 local MAX_AGE_S = math.min(tonumber("@SLURMOPT_MAX_AGE_S@") or 30, 3600)
+local SLURMOPT_VERSION = "@SLURMOPT_VERSION@" -- the slurmopt that rendered this script
 
 local PREFIX = "slurmopt:"
 local SEPARATOR = " | "

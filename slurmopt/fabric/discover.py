@@ -15,6 +15,7 @@ import os
 from collections.abc import Collection
 from pathlib import Path
 
+from slurmopt.config import slurm_conf_dir as config_slurm_conf_dir
 from slurmopt.fabric.core import Fabric
 from slurmopt.fabric.loaders import (
     load_fabric_file,
@@ -24,13 +25,10 @@ from slurmopt.fabric.loaders import (
 )
 from slurmopt.slurm.base import SlurmClient
 
-DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
-
 
 def slurm_conf_dir(slurm_conf: str | os.PathLike[str] | None = None) -> Path:
-    """The directory Slurm reads its configuration from."""
-    conf = slurm_conf or os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF
-    return Path(conf).parent
+    """The directory Slurm reads its configuration from: ``slurm_conf``'s, else the usual one."""
+    return Path(slurm_conf).parent if slurm_conf else config_slurm_conf_dir()
 
 
 def load_fabric(

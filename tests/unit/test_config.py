@@ -14,6 +14,8 @@ from slurmopt.config import (
     config_keys,
     find_config_file,
     load_config,
+    search_config_file,
+    slurm_conf_dir,
 )
 from slurmopt.errors import ConfigError
 
@@ -68,6 +70,39 @@ def test_search_order_flag_then_env_then_default(tmp_path: Path) -> None:
     assert load_config(None, env=env, default_path=default).backfill_depth == 2
     assert load_config(None, env={}, default_path=default).backfill_depth == 3
     assert find_config_file(None, {}, tmp_path / "nope.toml") is None
+
+
+def test_file_beside_slurm_conf_comes_after_env_and_before_default(tmp_path: Path) -> None:
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    beside = _write(etc, "backfill_depth = 4\n", "slurmopt.toml")
+    envf = _write(tmp_path, "backfill_depth = 2\n", "env.toml")
+    default = _write(tmp_path, "backfill_depth = 3\n", "default.toml")
+    slurm = {"SLURM_CONF": str(etc / "slurm.conf")}
+    cfg = load_config(None, env=slurm, default_path=default)
+    assert cfg.backfill_depth == 4
+    assert cfg.sources["backfill_depth"] == f"file:{beside}"
+    assert load_config(None, env={**slurm, "SLURMOPT_CONFIG": str(envf)}).backfill_depth == 2
+    beside.unlink()
+    assert load_config(None, env=slurm, default_path=default).backfill_depth == 3
+
+
+def test_search_reports_what_it_tried(tmp_path: Path) -> None:
+    slurm = {"SLURM_CONF": str(tmp_path / "etc" / "slurm.conf")}
+    search = search_config_file(None, slurm, tmp_path / "absent.toml")
+    assert search.found is None and search.how is None
+    assert search.tried == (
+        ("beside slurm.conf", str(tmp_path / "etc" / "slurmopt.toml")),
+        ("default", str(tmp_path / "absent.toml")),
+    )
+    flag = _write(tmp_path, "", "flag.toml")
+    assert search_config_file(flag, slurm).tried == (("--config", str(flag)),)
+
+
+def test_slurm_conf_unset_means_etc_slurm() -> None:
+    assert slurm_conf_dir({}) == Path("/etc/slurm")
+    assert slurm_conf_dir({"SLURM_CONF": ""}) == Path("/etc/slurm")
+    assert slurm_conf_dir({"SLURM_CONF": "/opt/slurm/etc/slurm.conf"}) == Path("/opt/slurm/etc")
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])

@@ -11,6 +11,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from slurmopt import __version__
 from slurmopt.cli import main as main_cli
 from slurmopt.errors import UsageError
 from slurmopt.plugin import (
@@ -20,6 +21,7 @@ from slurmopt.plugin import (
     conf_change,
     conf_enables_plugin,
     default_dest,
+    installed_plugin,
     main,
     merge_plugins,
     plugin_held,
@@ -259,3 +261,45 @@ def test_script_compiles(tmp_path: Path, rendered: bool) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+# ------------------------------------------------------------------ version and staleness
+
+
+def test_render_stamps_the_version_and_status_sees_it_current() -> None:
+    out = render_plugin(read_source(), "/run/hb", 10, version="9.9")
+    assert '\nlocal SLURMOPT_VERSION = "9.9"' in out
+    settings = baked_settings(out)
+    assert settings is not None and settings.version == "9.9"
+    found = installed_plugin(out, read_source(), version="9.9")
+    assert (found.state, found.version, found.stale) == ("installed", "9.9", None)
+
+
+def test_an_older_or_edited_plugin_is_stale() -> None:
+    source = read_source()
+    older = installed_plugin(render_plugin(source, "/run/hb", 10, version="0.0.1"), source)
+    assert older.stale is not None and "0.0.1" in older.stale
+    unstamped = render_plugin(source, "/run/hb", 10).replace(
+        f'local SLURMOPT_VERSION = "{__version__}"', 'local SLURMOPT_VERSION = "@SLURMOPT_VERSION@"'
+    )
+    assert "stamped no version" in (installed_plugin(unstamped, source).stale or "")
+    edited = render_plugin(source, "/run/hb", 10) + "-- edited by hand\n"
+    assert "differs" in (installed_plugin(edited, source).stale or "")
+    assert installed_plugin(None, source).state == "missing"
+    assert installed_plugin("return 0\n", source).state == "foreign"
+    assert installed_plugin(source, source).state == "unrendered"
+
+
+def test_status_says_when_the_installed_plugin_is_stale(site: Path) -> None:
+    (site / "job_submit.lua").write_text(
+        render_plugin(read_source(), str(site / "hb"), 30, version="0.0.1")
+    )
+    code, out = _run("plugin", "status", "--json")
+    report = json.loads(out)
+    assert code == 0
+    assert (report["version"], report["current_version"]) == ("0.0.1", __version__)
+    assert "0.0.1" in report["stale"]
+    code, out = _run("plugin", "status")
+    assert "stale:" in out and "slurmopt plugin install" in out
+    _run("plugin", "install", "--heartbeat", str(site / "hb"), "--max-age", "30")
+    assert json.loads(_run("plugin", "status", "--json")[1])["stale"] is None
