@@ -627,7 +627,13 @@ class Daemon:
             notify.stopping()
         self.stopping.set()
         with self._cycle_lock:
-            self.write_heartbeat(False, self.clock())
+            now = self.clock()
+            self.write_heartbeat(False, now)
+            if self.fence is not None or not self.config.enforce:
+                # The acting (or advisory) daemon says it stopped; a standby says nothing,
+                # so it cannot hide the leader's status.
+                self.reasons = []
+                self._beat(now, Mode.STOPPED, "stopped cleanly")
             self._drop_fence()
             if self.config.enforce:
                 try:
