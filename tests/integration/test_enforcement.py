@@ -115,3 +115,4 @@ def test_enforce_exits_78_when_slurmctld_does_not_load_the_plugin(
     errors = [line for line in proc.stderr.splitlines() if line.startswith("slurmopt: ")]
     assert len(errors) == 1 and "JobSubmitPlugins" in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
+

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -343,3 +344,58 @@ def test_cycle_and_shutdown_speak_the_systemd_notify_protocol(
     assert lines.count("WATCHDOG=1") == 2
     assert "STOPPING=1" in lines
     assert lines.index("READY=1") > lines.index("WATCHDOG=1")  # ready only after a cycle ran
+
+
+SLOW_STOP = r"""
+import logging, sys, time
+from pathlib import Path
+import slurmopt.daemon.loop as loop
+from slurmopt.daemon.loop import Daemon
+from slurmopt.store import Store
+from tests.unit.test_daemon_fakes import FakeSlurmClient, config, two_leaves
+
+tmp = Path(sys.argv[1])
+nodes, fabric = two_leaves()
+logging.basicConfig(level=logging.INFO)
+client = FakeSlurmClient(nodes, [])
+client.clock = time.time()
+daemon = Daemon(config(tmp), client, Store.open(f"sqlite:///{tmp / 'd.db'}"),
+                holder="host:1", fabric_loader=lambda _c, _s: fabric)
+real = loop.write_heartbeat
+def slow(*args, **kw):
+    if daemon.stopping.is_set():
+        print("stopping", flush=True)
+        time.sleep(1.5)  # the stop is under way: a second signal lands here
+    return real(*args, **kw)
+loop.write_heartbeat = slow
+print("ready", flush=True)
+daemon.run_forever()
+print("stopped cleanly", flush=True)
+"""
+
+
+def test_a_second_signal_during_the_stop_does_not_kill_it(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_STOP, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.stdout.readline().strip() == "stopping"
+    proc.send_signal(signal.SIGTERM)  # inside the stop
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "stopped cleanly" in out
+    assert "already stopping" in err
