@@ -21,6 +21,7 @@ from slurmopt.daemon.preempt import (
 from slurmopt.errors import ConfigError
 from slurmopt.model import Job, JobState
 from slurmopt.store import ManagedJobState, Preemption, Store
+from slurmopt.submit.tag import with_checkpoint
 from tests.unit.test_daemon_fakes import (
     FakeCrash,
     FakeSlurmClient,
@@ -59,7 +60,7 @@ class FakePreemptableSlurm(FakeSlurmClient):
 
     def ack(self, job_id: int, step: int) -> None:
         job = self.jobs[job_id]
-        self._set(job_id, comment=f"{job.comment},ckpt={step}@{int(self.clock)}")
+        self._set(job_id, comment=with_checkpoint(job.comment, step, self.clock))
 
 
 @pytest.fixture
@@ -164,6 +165,10 @@ def test_signal_ack_requeue_then_the_preemptor_starts(tmp_path: Path, store: Sto
     client.clock += 1
     daemon.cycle()
     assert client.count("requeue", 5) == 1 and client.count("signal", 5) == 1
+    # The preemption is counted, and the time to its acknowledgement observed.
+    registry = daemon.metrics.registry
+    assert registry.get_sample_value("slurmopt_preemptions_total", {"outcome": "acknowledged"}) == 1
+    assert registry.get_sample_value("slurmopt_checkpoint_ack_seconds_count") == 1
 
 
 def test_a_restart_after_recording_the_signal_finishes_the_preemption_once(
@@ -238,6 +243,49 @@ def test_an_ack_from_before_the_signal_does_not_count(tmp_path: Path, store: Sto
     daemon.cycle()
     assert _state(store, 5) is ManagedJobState.SIGNALLED
     assert client.count("requeue", 5) == 0
+
+
+def test_an_ack_dated_in_the_future_does_not_count(tmp_path: Path, store: Store) -> None:
+    client, daemon = _full_cluster_with_victim(tmp_path, store)
+    client.clock += 1
+    daemon.cycle()  # signalled
+    future = int(client.clock + 3600)
+    client._set(5, comment=f"{client.jobs[5].comment},ckpt=50@{future}")
+    client.clock += 1
+    daemon.cycle()
+    assert _state(store, 5) is ManagedJobState.SIGNALLED
+    assert client.count("requeue", 5) == 0
+
+
+def test_an_ack_below_an_earlier_acknowledged_step_does_not_count(
+    tmp_path: Path, store: Store
+) -> None:
+    client, daemon = _full_cluster_with_victim(tmp_path, store)
+    client.clock += 1
+    daemon.cycle()  # signalled
+    with store.begin() as session:  # an earlier preemption of this job acknowledged step 40
+        session.add(
+            Preemption(
+                victim_job_id=5,
+                victim_submit_time=client.jobs[5].submit_time or 0.0,
+                for_job_id=1,
+                signal="USR2",
+                signalled_at=client.clock - 1000,
+                ack_at=client.clock - 990,
+                checkpoint_step=40,
+                outcome="requeued",
+                plan_id=None,
+            )
+        )
+    client.clock += 1
+    client.ack(5, 7)
+    client.clock += 1
+    daemon.cycle()
+    assert _state(store, 5) is ManagedJobState.SIGNALLED
+    client.ack(5, 41)
+    client.clock += 1
+    daemon.cycle()
+    assert _state(store, 5) is not ManagedJobState.SIGNALLED
 
 
 def test_settings_from_the_environment() -> None:
