@@ -28,7 +28,7 @@ from pathlib import Path
 from slurmopt import __version__
 from slurmopt.config import slurm_conf_dir
 from slurmopt.errors import UsageError
-from slurmopt.submit.tag import has_field
+from slurmopt.tag import has_field
 
 SCRIPT_NAME = "job_submit.lua"
 #: A line every rendered script carries: tells our script from a site's own.

@@ -35,7 +35,7 @@ from slurmopt.model import ClusterSnapshot, Job
 from slurmopt.policy.plan import HAND_BACK_REASONS, Plan, Start, Unplaced
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.store import ManagedJob, ManagedJobState, Store
-from slurmopt.submit.tag import with_status
+from slurmopt.tag import with_status
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from slurmopt.model import Job
-from slurmopt.submit.tag import HELD_FIELD, JobTag, TagError, has_field, parse_comment
+from slurmopt.tag import HELD_FIELD, JobTag, TagError, has_field, parse_comment
 
 if TYPE_CHECKING:
     from slurmopt.store import ManagedJob

@@ -64,7 +64,7 @@ from slurmopt.store import (
     idempotency_key,
     transition,
 )
-from slurmopt.submit.tag import checkpoint_of
+from slurmopt.tag import checkpoint_of
 from slurmopt.templates import DEFAULT_SIGNAL
 
 log = logging.getLogger(__name__)

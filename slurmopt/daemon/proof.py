@@ -30,7 +30,7 @@ from pathlib import Path
 
 from slurmopt.errors import ConfigError
 from slurmopt.model import ClusterSnapshot, Job
-from slurmopt.submit.tag import PREFIX, heartbeat_stamp
+from slurmopt.tag import PREFIX, heartbeat_stamp
 
 #: Seconds after the first enforcing heartbeat before a new job must carry a stamp.
 STAMP_GRACE_S = 2.0

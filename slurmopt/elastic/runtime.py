@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmopt.submit.tag import with_checkpoint
+from slurmopt.tag import with_checkpoint
 
 REQUEST_FILE = "preempt-requested"
 PREEMPTED_FILE = "preempted"

@@ -28,7 +28,7 @@ from slurmopt.model import ClusterSnapshot, Job, Node, Partition
 from slurmopt.policy.backfill import INFINITY, Timeline
 from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution, queue_shape
 from slurmopt.policy.placement import Constraint, choose_leaves, fgd_increase, parse_constraint
-from slurmopt.submit.tag import elastic_range, is_preemptible_comment
+from slurmopt.tag import elastic_range, is_preemptible_comment
 
 PLAN_SCHEMA_VERSION = 1
 

@@ -32,7 +32,7 @@ from itertools import combinations
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job
 from slurmopt.policy.plan import HAND_BACK_REASONS, Plan, PlannerCache, Policy, plan
-from slurmopt.submit.tag import checkpoint_of, is_preemptible_comment
+from slurmopt.tag import checkpoint_of, is_preemptible_comment
 
 #: Most victims one preemption may take.
 MAX_VICTIMS = 4

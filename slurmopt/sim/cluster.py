@@ -13,7 +13,7 @@ from dataclasses import replace
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
 from slurmopt.sim.traces import TraceJob
-from slurmopt.submit.tag import JobTag, elastic_range, format_comment, is_preemptible_comment
+from slurmopt.tag import JobTag, elastic_range, format_comment, is_preemptible_comment
 
 PARTITION = "gpu"
 #: A trace's preemptible job carries the tag ``slurmopt submit`` would give it.

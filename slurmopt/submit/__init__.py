@@ -30,7 +30,7 @@ from slurmopt.submit.directives import (
     script_directives,
     split_args,
 )
-from slurmopt.submit.tag import JobTag, check_template_name, format_comment, parse_elastic
+from slurmopt.tag import JobTag, check_template_name, format_comment, parse_elastic
 from slurmopt.templates import DEFAULT_SIGNAL, SHIPPED, TemplateValues, available, render
 
 #: slurmopt's own options: recognised only when spelled in full, never sent to sbatch.

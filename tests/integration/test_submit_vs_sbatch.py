@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from slurmopt.submit import NO_PLUGIN_WARNING, has_submit_plugin
-from slurmopt.submit.tag import JobTag, parse_comment
+from slurmopt.tag import JobTag, parse_comment
 from tests.sandbox import SlurmSandbox
 
 pytestmark = pytest.mark.slurm

@@ -25,7 +25,7 @@ from slurmopt.elastic.runtime import (
     checkpoint_requested,
     mark_preempted,
 )
-from slurmopt.submit.tag import checkpoint_of
+from slurmopt.tag import checkpoint_of
 
 
 def test_checkpoint_round_trip_and_manifest(tmp_path: Path) -> None:

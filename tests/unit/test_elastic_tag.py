@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurmopt.submit.tag import TagError, checkpoint_of, parse_comment, with_checkpoint
+from slurmopt.tag import TagError, checkpoint_of, parse_comment, with_checkpoint
 
 
 def test_with_checkpoint_adds_and_replaces_the_field() -> None:

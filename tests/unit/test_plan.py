@@ -349,7 +349,7 @@ def _elastic_case(frees_in: float | None, free: int = 6) -> tuple[object, object
 
     Job 1 asks for 8 nodes, elastic 4:8, with a 3600 s budget at 4 nodes.
     """
-    from slurmopt.submit.tag import JobTag, format_comment
+    from slurmopt.tag import JobTag, format_comment
 
     nodes, jobs, fabric = busy_leaves({"leafA": free})
     if frees_in is not None:
@@ -391,7 +391,7 @@ def test_elastic_job_never_starts_below_its_minimum_or_with_elastic_off() -> Non
 
 def test_elastic_job_set_smaller_is_still_planned_from_its_maximum() -> None:
     # Slurm already shows NumNodes=6 (an earlier start was set but not made): all 8 free now.
-    from slurmopt.submit.tag import JobTag, format_comment
+    from slurmopt.tag import JobTag, format_comment
 
     nodes, _, fabric = busy_leaves({"leafA": 8})
     job = pending(1, nodes=6, admin_comment=format_comment(JobTag(elastic=(4, 8))))

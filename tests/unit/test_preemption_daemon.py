@@ -21,7 +21,7 @@ from slurmopt.daemon.preempt import (
 from slurmopt.errors import ConfigError
 from slurmopt.model import Job, JobState
 from slurmopt.store import ManagedJobState, Preemption, Store
-from slurmopt.submit.tag import with_checkpoint
+from slurmopt.tag import with_checkpoint
 from tests.unit.test_daemon_fakes import (
     FakeCrash,
     FakeSlurmClient,

@@ -150,7 +150,7 @@ def test_worth_preempting_weighs_the_gain_against_checkpoint_and_restart() -> No
 def test_planner_orders_preemptible_jobs_after_all_others() -> None:
     from slurmopt.model import Job, JobState
     from slurmopt.policy.plan import priority_order
-    from slurmopt.submit.tag import JobTag, format_comment
+    from slurmopt.tag import JobTag, format_comment
 
     tagged = format_comment(JobTag(preemptible=True))
 

@@ -20,7 +20,7 @@ import pytest
 
 from slurmopt.errors import UsageError
 from slurmopt.submit import build_submission, parse_command_line
-from slurmopt.submit.tag import parse_comment
+from slurmopt.tag import parse_comment
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "submit"
 CASES = sorted(p.name for p in FIXTURES.iterdir() if (p / "args.json").is_file())

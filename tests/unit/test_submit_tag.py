@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from slurmopt.submit import NO_PLUGIN_WARNING, has_submit_plugin
-from slurmopt.submit.tag import (
+from slurmopt.tag import (
     JobTag,
     TagError,
     check_template_name,

@@ -15,7 +15,7 @@ import pytest
 
 from slurmopt.errors import UsageError
 from slurmopt.submit import build_submission
-from slurmopt.submit.tag import parse_comment
+from slurmopt.tag import parse_comment
 from slurmopt.templates import SHIPPED, TemplateValues, available, render, shquote
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "templates"
