@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,32 +10,25 @@ import pytest
 from slurmopt.daemon.actuator import COMMENT_PREFIX, waiting_comment
 from slurmopt.daemon.loop import Daemon
 from slurmopt.daemon.reconcile import LEFT_TO_SLURM
-from slurmopt.model import JobState, Node
+from slurmopt.model import JobState
 from slurmopt.policy.plan import Reason, Unplaced
 from slurmopt.store import ManagedJob, ManagedJobState, Store
-from tests.unit.test_daemon_fakes import FakeSlurmClient, config, held_job, node, two_leaves
+from tests.fakes.slurm import FakeSlurm
+from tests.unit.test_daemon_fakes import config, held_job, node, two_leaves
 
 
-class RecordCheckingFakeClient(FakeSlurmClient):
-    """A fake Slurm that, on every pin and release, reads what the store already says."""
+def _watch_records(client: FakeSlurm, store: Store) -> list[tuple[str, ManagedJobState | None]]:
+    """What the store already says about a job each time Slurm is asked to pin or release it."""
+    seen: list[tuple[str, ManagedJobState | None]] = []
 
-    def __init__(self, store: Store, nodes: Sequence[Node], jobs: Sequence[object]) -> None:
-        super().__init__(nodes, jobs)  # type: ignore[arg-type]
-        self.store = store
-        self.seen: list[tuple[str, ManagedJobState | None]] = []
+    def watch(call: str, job_id: int) -> None:
+        if call in ("pin", "release"):
+            with store.begin() as session:
+                record = session.get(ManagedJob, job_id)
+                seen.append((call, None if record is None else record.state))
 
-    def _recorded(self, job_id: int) -> ManagedJobState | None:
-        with self.store.begin() as session:
-            record = session.get(ManagedJob, job_id)
-            return None if record is None else record.state
-
-    def pin(self, job_id: int, nodes: Sequence[str]) -> None:
-        self.seen.append(("pin", self._recorded(job_id)))
-        super().pin(job_id, nodes)
-
-    def release(self, job_id: int) -> None:
-        self.seen.append(("release", self._recorded(job_id)))
-        super().release(job_id)
+    client.watchers.append(watch)
+    return seen
 
 
 @pytest.fixture
@@ -45,7 +38,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
     store.close()
 
 
-def _daemon(tmp_path: Path, store: Store, client: FakeSlurmClient) -> Daemon:
+def _daemon(tmp_path: Path, store: Store, client: FakeSlurm) -> Daemon:
     _, fabric = two_leaves()
     return Daemon(
         config(tmp_path),
@@ -59,9 +52,10 @@ def _daemon(tmp_path: Path, store: Store, client: FakeSlurmClient) -> Daemon:
 
 def test_pin_is_recorded_before_slurm_is_called_then_released(tmp_path: Path, store: Store) -> None:
     nodes, _ = two_leaves()
-    client = RecordCheckingFakeClient(store, nodes, [held_job(7, nodes=3)])
+    client = FakeSlurm(nodes, [held_job(7, nodes=3)])
+    seen = _watch_records(client, store)
     _daemon(tmp_path, store, client).cycle()
-    assert client.seen == [("pin", ManagedJobState.PINNED), ("release", ManagedJobState.PINNED)]
+    assert seen == [("pin", ManagedJobState.PINNED), ("release", ManagedJobState.PINNED)]
     pin = [c for c in client.calls if c[0] == "pin"][0]
     assert pin[2] in (("a0", "a1", "a2"), ("b0", "b1", "b2"))  # one leaf
     with store.begin() as session:
@@ -73,13 +67,13 @@ def test_pin_is_recorded_before_slurm_is_called_then_released(tmp_path: Path, st
 def test_two_gpu_job_goes_onto_the_partly_used_node(tmp_path: Path, store: Store) -> None:
     nodes = [node("a0"), node("a1", alloc=6), node("a2"), node("a3")]
     nodes += [node(f"b{i}") for i in range(4)]
-    client = FakeSlurmClient(nodes, [held_job(7, gpus=2)])
+    client = FakeSlurm(nodes, [held_job(7, gpus=2)])
     _daemon(tmp_path, store, client).cycle()
     assert ("pin", 7, ("a1",)) in client.calls
 
 
 def test_job_no_longer_held_in_the_snapshot_is_not_touched(tmp_path: Path, store: Store) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [held_job(7)])
+    client = FakeSlurm(two_leaves()[0], [held_job(7)])
     daemon = _daemon(tmp_path, store, client)
     client.crash_on = "comment"  # no-op guard: nothing should comment either
     client.jobs[7] = held_job(7, reason="JobHeldUser", admin_comment="slurmopt:managed")
@@ -89,7 +83,7 @@ def test_job_no_longer_held_in_the_snapshot_is_not_touched(tmp_path: Path, store
 
 def test_waiting_job_gets_its_reason_as_admin_comment_once(tmp_path: Path, store: Store) -> None:
     nodes = [node(f"{leaf}{i}", alloc=8 if i == 0 else 0) for leaf in "ab" for i in range(4)]
-    client = FakeSlurmClient(nodes, [held_job(7, nodes=7)])  # only 6 nodes are free
+    client = FakeSlurm(nodes, [held_job(7, nodes=7)])  # only 6 nodes are free
     daemon = _daemon(tmp_path, store, client)
     for _ in range(3):
         daemon.cycle()
@@ -110,7 +104,7 @@ def test_waiting_comment_text() -> None:
 def test_job_slurmopt_cannot_place_is_handed_back_to_slurm_once(
     tmp_path: Path, store: Store
 ) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [held_job(7, het_job_id=7)])
+    client = FakeSlurm(two_leaves()[0], [held_job(7, het_job_id=7)])
     daemon = _daemon(tmp_path, store, client)
     daemon.cycle()
     assert client.count("release", 7) == 1 and client.count("pin", 7) == 0
@@ -124,7 +118,7 @@ def test_job_slurmopt_cannot_place_is_handed_back_to_slurm_once(
 
 
 def test_finished_job_is_not_started(tmp_path: Path, store: Store) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [held_job(7)])
+    client = FakeSlurm(two_leaves()[0], [held_job(7)])
     daemon = _daemon(tmp_path, store, client)
     client.end(7, JobState.CANCELLED)
     daemon.cycle()
@@ -137,7 +131,7 @@ def test_elastic_job_started_on_fewer_nodes_gets_its_node_count_set_first(
     # Job 7 asks for 8 nodes, elastic 2:8; only a's 4 nodes are free and b's never free up.
     nodes = [node(f"a{i}") for i in range(4)] + [node(f"b{i}", alloc=8) for i in range(4)]
     tag = "slurmopt:managed,elastic=2:8"
-    client = FakeSlurmClient(nodes, [held_job(7, nodes=8, comment=tag)])
+    client = FakeSlurm(nodes, [held_job(7, nodes=8, comment=tag)])
     _daemon(tmp_path, store, client).cycle()
     calls = [c for c in client.calls if c[1] == 7]
     assert [c[0] for c in calls][:3] == ["shrink", "pin", "release"]
@@ -153,7 +147,7 @@ def test_elastic_job_set_smaller_earlier_is_set_back_to_all_its_nodes(
 ) -> None:
     # Slurm shows NumNodes=4 from an earlier smaller start that never ran; all 8 are free now.
     tag = "slurmopt:managed,elastic=2:8"
-    client = FakeSlurmClient(two_leaves()[0], [held_job(7, nodes=4, comment=tag)])
+    client = FakeSlurm(two_leaves()[0], [held_job(7, nodes=4, comment=tag)])
     _daemon(tmp_path, store, client).cycle()
     calls = [c for c in client.calls if c[1] == 7]
     assert calls[0] == ("shrink", 7, 8)

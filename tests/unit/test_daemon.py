@@ -19,16 +19,8 @@ from slurmopt.daemon.status import decode
 from slurmopt.daemon.switch import read_switch, set_switch
 from slurmopt.model import Job, JobState
 from slurmopt.store import ManagedJob, Store
-from tests.unit.test_daemon_fakes import (
-    NOW,
-    SUBMIT,
-    TAG,
-    FakeSlurmClient,
-    config,
-    held_job,
-    node,
-    two_leaves,
-)
+from tests.fakes.slurm import NOW, FakeSlurm
+from tests.unit.test_daemon_fakes import SUBMIT, TAG, config, held_job, node, two_leaves
 
 
 @pytest.fixture
@@ -39,7 +31,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 
 def _daemon(
-    tmp_path: Path, store: Store, client: FakeSlurmClient, holder: str = "host:1", **kw: Any
+    tmp_path: Path, store: Store, client: FakeSlurm, holder: str = "host:1", **kw: Any
 ) -> Daemon:
     _, fabric = two_leaves()
     return Daemon(
@@ -52,14 +44,14 @@ def _daemon(
     )
 
 
-def _heartbeat(tmp_path: Path, client: FakeSlurmClient) -> bool:
+def _heartbeat(tmp_path: Path, client: FakeSlurm) -> bool:
     status = read_heartbeat(tmp_path / "heartbeat", now=client.clock, max_age_s=30)
     assert status.fresh, status.reason
     return status.enforcing
 
 
 def test_advisory_mode_plans_and_records_but_changes_nothing(tmp_path: Path, store: Store) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [held_job(7), held_job(8, gpus=2)])
+    client = FakeSlurm(two_leaves()[0], [held_job(7), held_job(8, gpus=2)])
     daemon = _daemon(tmp_path, store, client, enforce=False)
     result = daemon.cycle()
     assert result.mode is Mode.ADVISORY
@@ -74,7 +66,7 @@ def test_advisory_mode_plans_and_records_but_changes_nothing(tmp_path: Path, sto
 
 
 def test_enforcing_daemon_acts_and_says_so_in_the_heartbeat(tmp_path: Path, store: Store) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [held_job(7)])
+    client = FakeSlurm(two_leaves()[0], [held_job(7)])
     result = _daemon(tmp_path, store, client).cycle()
     assert result.mode is Mode.ENFORCING
     assert client.count("pin", 7) == 1 and client.count("release", 7) == 1
@@ -88,7 +80,7 @@ def test_enforcing_daemon_acts_and_says_so_in_the_heartbeat(tmp_path: Path, stor
 
 
 def test_second_daemon_is_standby_until_the_lease_is_free(tmp_path: Path, store: Store) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [held_job(7)])
+    client = FakeSlurm(two_leaves()[0], [held_job(7)])
     first = _daemon(tmp_path, store, client, holder="host:1")
     second = _daemon(tmp_path, store, client, holder="host:2")
     assert first.cycle().mode is Mode.ENFORCING
@@ -104,7 +96,7 @@ def test_second_daemon_is_standby_until_the_lease_is_free(tmp_path: Path, store:
 
 
 def test_lease_of_a_dead_daemon_is_taken_over_when_it_expires(tmp_path: Path, store: Store) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [])
+    client = FakeSlurm(two_leaves()[0], [])
     first = _daemon(tmp_path, store, client, holder="host:1")
     second = _daemon(tmp_path, store, client, holder="host:2")
     first.cycle()  # then it dies without releasing the lease
@@ -117,7 +109,7 @@ def test_lease_of_a_dead_daemon_is_taken_over_when_it_expires(tmp_path: Path, st
 def test_unreachable_slurm_acts_on_nothing_backs_off_and_resumes(
     tmp_path: Path, store: Store
 ) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [held_job(7)])
+    client = FakeSlurm(two_leaves()[0], [held_job(7)])
     daemon = _daemon(tmp_path, store, client, interval_s=2.0)
     client.down = True
     delays = []
@@ -142,7 +134,7 @@ def test_unreachable_slurm_acts_on_nothing_backs_off_and_resumes(
 
 
 def test_kill_switch_makes_the_daemon_advisory_until_enabled(tmp_path: Path, store: Store) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [held_job(7)])
+    client = FakeSlurm(two_leaves()[0], [held_job(7)])
     daemon = _daemon(tmp_path, store, client)
     set_switch(store, True, "ops@ctl")
     assert daemon.cycle().mode is Mode.DISABLED
@@ -158,7 +150,7 @@ def test_held_jobs_keep_submit_order_when_priorities_are_unknown(
     nodes = [node("a0")] + [node(f"x{i}", alloc=8) for i in range(7)]
     early = held_job(9, submit_time=SUBMIT)  # higher id, submitted first
     late = held_job(3, submit_time=SUBMIT + 50)
-    client = FakeSlurmClient(nodes, [late, early])
+    client = FakeSlurm(nodes, [late, early])
     _daemon(tmp_path, store, client).cycle()
     assert client.count("pin", 9) == 1 and client.count("pin", 3) == 0
 
@@ -186,7 +178,7 @@ def test_which_jobs_are_managed() -> None:
 
 
 # -- the CLI ---------------------------------------------------------------------------------
-def _run(args: list[str], monkeypatch: pytest.MonkeyPatch, client: FakeSlurmClient) -> Any:
+def _run(args: list[str], monkeypatch: pytest.MonkeyPatch, client: FakeSlurm) -> Any:
     from click.testing import CliRunner
 
     import slurmopt.cli.daemon as daemon_cli
@@ -219,7 +211,7 @@ def test_disable_releases_only_slurmopt_holds_and_stops_enforcement(
         held_job(7, comment="slurmopt:managed,held", admin_comment=""),
     ]
     busy = [dataclasses.replace(n, gpus_alloc=8) for n in two_leaves()[0]]
-    client = FakeSlurmClient(busy, jobs)
+    client = FakeSlurm(busy, jobs)
     db = f"sqlite:///{tmp_path / 'd.db'}"
     store = Store.open(db)
     _daemon(tmp_path, store, client).cycle()  # registers what the plugin held; no room to start
@@ -245,7 +237,7 @@ def test_disable_releases_only_slurmopt_holds_and_stops_enforcement(
 def test_disable_with_slurm_down_still_flips_the_switch_and_fails_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [held_job(1)])
+    client = FakeSlurm(two_leaves()[0], [held_job(1)])
     client.down = True
     db = f"sqlite:///{tmp_path / 'd.db'}"
     Store.open(db).close()  # the daemon made the store earlier
@@ -287,7 +279,7 @@ def test_the_daemon_creates_its_store_private_to_its_group(tmp_path: Path) -> No
 
 
 def test_daemon_once_in_advisory_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [held_job(1)])
+    client = FakeSlurm(two_leaves()[0], [held_job(1)])
     client.clock = NOW
     db = f"sqlite:///{tmp_path / 'd.db'}"
     conf = str(_cli_config(tmp_path))
@@ -300,7 +292,7 @@ def test_daemon_once_in_advisory_mode(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_daemon_once_with_slurm_down_exits_69(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [])
+    client = FakeSlurm(two_leaves()[0], [])
     client.down = True
     import slurmopt.cli.daemon as daemon_cli
     from slurmopt.cli import main
@@ -325,7 +317,7 @@ def test_cycle_and_shutdown_speak_the_systemd_notify_protocol(
     sock.settimeout(2)
     monkeypatch.setenv("NOTIFY_SOCKET", str(path))
     try:
-        client = FakeSlurmClient(two_leaves()[0], [held_job(7)])
+        client = FakeSlurm(two_leaves()[0], [held_job(7)])
         daemon = _daemon(tmp_path, store, client)
         daemon.cycle()
         daemon.cycle()
@@ -352,12 +344,13 @@ from pathlib import Path
 import slurmopt.daemon.loop as loop
 from slurmopt.daemon.loop import Daemon
 from slurmopt.store import Store
-from tests.unit.test_daemon_fakes import FakeSlurmClient, config, two_leaves
+from tests.fakes.slurm import FakeSlurm
+from tests.unit.test_daemon_fakes import config, two_leaves
 
 tmp = Path(sys.argv[1])
 nodes, fabric = two_leaves()
 logging.basicConfig(level=logging.INFO)
-client = FakeSlurmClient(nodes, [])
+client = FakeSlurm(nodes, [])
 client.clock = time.time()
 daemon = Daemon(config(tmp), client, Store.open(f"sqlite:///{tmp / 'd.db'}"),
                 holder="host:1", fabric_loader=lambda _c, _s: fabric)

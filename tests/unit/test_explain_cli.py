@@ -24,28 +24,11 @@ from slurmopt.cli import cli
 from slurmopt.errors import SlurmUnavailable
 from slurmopt.explain import JobNotExplained
 from slurmopt.fabric import Fabric
-from slurmopt.model import ClusterSnapshot, Job, JobState
+from slurmopt.model import Job, JobState
 from slurmopt.policy.plan import plan
 from slurmopt.store import Store, StoreError
+from tests.fakes.slurm import FakeSlurm
 from tests.unit.test_explain import FABRIC, QUEUE, T0, cluster_snapshot
-
-
-class FakeSlurmClient:
-    """Stands in for a Slurm adapter: returns a fixed snapshot, or raises like a dead controller."""
-
-    name = "fake"
-
-    def __init__(self, snapshot: ClusterSnapshot, error: Exception | None) -> None:
-        self._snapshot = snapshot
-        self._error = error
-
-    def snapshot(self) -> ClusterSnapshot:
-        if self._error is not None:
-            raise self._error
-        return self._snapshot
-
-    def topology_text(self) -> str | None:
-        return None
 
 
 @pytest.fixture(autouse=True)
@@ -80,9 +63,9 @@ def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     calls: dict[str, Any] = {"error": None, "connect": [], "fabric": []}
     snapshot = cluster_snapshot(T0 + 30, jobs=(running,))
 
-    def connect(backend: str = "cli", **options: Any) -> FakeSlurmClient:
+    def connect(backend: str = "cli", **options: Any) -> FakeSlurm:
         calls["connect"].append((backend, options))
-        return FakeSlurmClient(snapshot, calls["error"])
+        return FakeSlurm.from_snapshot(snapshot, calls["error"])
 
     def load_fabric(**kwargs: Any) -> Fabric:
         calls["fabric"].append(kwargs)

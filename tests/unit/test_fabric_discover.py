@@ -8,28 +8,16 @@ from pathlib import Path
 import pytest
 
 from slurmopt.fabric import load_fabric
-from slurmopt.model import ClusterSnapshot, Node, NodeState
+from slurmopt.model import Node, NodeState
+from tests.fakes.slurm import FakeSlurm
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "fabric"
 SCONTROL = (FIXTURES / "scontrol_show_topology_24.11.txt").read_text()
 
 
-class FakeClient:
-    """Just the two reads discovery uses."""
-
-    name = "fake"
-
-    def __init__(self, topology: str | None, nodes: list[str] | None = None) -> None:
-        self.topology = topology
-        self.nodes = nodes or []
-        self.topology_calls = 0
-
-    def topology_text(self) -> str | None:
-        self.topology_calls += 1
-        return self.topology
-
-    def snapshot(self) -> ClusterSnapshot:
-        return ClusterSnapshot.build(0.0, [Node(n, NodeState.IDLE) for n in self.nodes], [], [])
+def FakeClient(topology: str | None, nodes: list[str] | None = None) -> FakeSlurm:  # noqa: N802
+    """Idle nodes named ``nodes`` and ``topology`` as ``scontrol show topology`` prints it."""
+    return FakeSlurm([Node(n, NodeState.IDLE) for n in nodes or []], topology=topology, clock=0.0)
 
 
 @pytest.fixture
@@ -44,7 +32,7 @@ def test_fabric_file_comes_first(conf_dir: Path) -> None:
     client = FakeClient(SCONTROL)
     fabric = load_fabric(client, fabric_file=FIXTURES / "fat-tree.yaml")
     assert fabric.source.startswith("fabric file")
-    assert client.topology_calls == 0
+    assert client.reads("topology") == 0
 
 
 def test_slurm_topology_beats_files_beside_slurm_conf(conf_dir: Path) -> None:

@@ -15,16 +15,11 @@ from slurmopt.daemon.proof import StampWatch, preflight, prepare_heartbeat_dir
 from slurmopt.errors import ConfigError
 from slurmopt.model import ClusterSnapshot
 from slurmopt.store import LeaseLost, ManagedJobState, Store, history
-from tests.unit.test_daemon_fakes import (
-    NOW,
-    FakeSlurmClient,
-    config,
-    held_job,
-    two_leaves,
-)
+from tests.fakes.slurm import NOW, FakeSlurm
+from tests.unit.test_daemon_fakes import config, held_job, two_leaves
 
 
-def _daemon(tmp_path: Path, client: FakeSlurmClient, holder: str, **kw: Any) -> Daemon:
+def _daemon(tmp_path: Path, client: FakeSlurm, holder: str, **kw: Any) -> Daemon:
     _, fabric = two_leaves()
     # Each daemon has its own connection to the one database, as two processes would.
     store = Store.open(f"sqlite:///{tmp_path / 'd.db'}")
@@ -39,7 +34,7 @@ def _daemon(tmp_path: Path, client: FakeSlurmClient, holder: str, **kw: Any) -> 
 
 
 def test_a_leader_paused_in_a_slow_scontrol_stops_at_its_next_write(tmp_path: Path) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [])
+    client = FakeSlurm(two_leaves()[0], [])
     first = _daemon(tmp_path, client, "host:1")
     second = _daemon(tmp_path, client, "host:2")
     assert first.cycle().mode is Mode.ENFORCING
@@ -73,7 +68,7 @@ def test_a_leader_paused_in_a_slow_scontrol_stops_at_its_next_write(tmp_path: Pa
 
 
 def test_a_transition_under_a_stale_token_is_refused(tmp_path: Path) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [held_job(7)])
+    client = FakeSlurm(two_leaves()[0], [held_job(7)])
     first = _daemon(tmp_path, client, "host:1")
     first.cycle()
     client.clock += first.lease_ttl_s + 1
@@ -88,7 +83,7 @@ def test_a_transition_under_a_stale_token_is_refused(tmp_path: Path) -> None:
 
 
 def test_standby_and_advisory_daemons_never_touch_the_heartbeat(tmp_path: Path) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [])
+    client = FakeSlurm(two_leaves()[0], [])
     leader = _daemon(tmp_path, client, "host:1")
     standby = _daemon(tmp_path, client, "host:2")
     advisory = _daemon(tmp_path, client, "host:3", enforce=False)
@@ -104,7 +99,7 @@ def test_standby_and_advisory_daemons_never_touch_the_heartbeat(tmp_path: Path) 
 def test_a_lost_plugin_makes_the_daemon_degraded_and_says_why_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [])
+    client = FakeSlurm(two_leaves()[0], [])
     daemon = _daemon(tmp_path, client, "host:1", managed_partitions=("gpu",))
     assert daemon.cycle().mode is Mode.ENFORCING
     client.clock += 10
@@ -126,7 +121,7 @@ def test_a_lost_plugin_makes_the_daemon_degraded_and_says_why_once(
 
 
 def test_live_configuration_without_the_plugin_is_degraded(tmp_path: Path) -> None:
-    client = FakeSlurmClient(two_leaves()[0], [])
+    client = FakeSlurm(two_leaves()[0], [])
     client.live_config = {"JobSubmitPlugins": "(null)"}
     daemon = _daemon(tmp_path, client, "host:1")
     assert daemon.cycle().mode is Mode.DEGRADED

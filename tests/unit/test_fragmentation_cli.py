@@ -15,6 +15,7 @@ from slurmopt.cli import main
 from slurmopt.errors import SlurmUnavailable
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
+from tests.fakes.slurm import FakeSlurm
 
 NODES = [
     Node("g1", NodeState.IDLE, gpus_total=8, cpus=8),
@@ -30,26 +31,14 @@ SNAPSHOT = ClusterSnapshot.build(
 )
 
 
-class FakeClient:
-    name = "fake"
-
-    def __init__(self, error: Exception | None = None) -> None:
-        self.error = error
-
-    def snapshot(self) -> ClusterSnapshot:
-        if self.error is not None:
-            raise self.error
-        return SNAPSHOT
-
-
 @pytest.fixture
 def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Replace ``connect`` and ``load_fabric`` and record how they were called."""
     calls: dict[str, Any] = {"error": None}
 
-    def connect(backend: str = "cli", **options: Any) -> FakeClient:
+    def connect(backend: str = "cli", **options: Any) -> FakeSlurm:
         calls["backend"] = backend
-        return FakeClient(calls["error"])
+        return FakeSlurm.from_snapshot(SNAPSHOT, calls["error"])
 
     def load_fabric(**kwargs: Any) -> Fabric:
         calls["fabric"] = kwargs

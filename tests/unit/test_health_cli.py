@@ -12,32 +12,16 @@ import pytest
 
 import slurmopt.slurm
 from slurmopt.cli import main
-from slurmopt.model import ClusterSnapshot, Node, NodeState
+from slurmopt.model import Node, NodeState
+from tests.fakes.slurm import FakeSlurm
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvml"
 
 
-class FakeSlurmClient:
-    """Eight idle nodes; records drains."""
-
-    name = "fake"
-
-    def __init__(self) -> None:
-        self.drains: list[tuple[str, str]] = []
-        self.snapshots = 0
-
-    def snapshot(self) -> ClusterSnapshot:
-        self.snapshots += 1
-        nodes = [Node(f"gpu{i:03d}", NodeState.IDLE, gpus_total=8) for i in range(1, 9)]
-        return ClusterSnapshot.build(0.0, nodes, [], [])
-
-    def drain(self, node: str, reason: str) -> None:
-        self.drains.append((node, reason))
-
-
 @pytest.fixture
-def slurm_fake(monkeypatch: pytest.MonkeyPatch) -> FakeSlurmClient:
-    client = FakeSlurmClient()
+def slurm_fake(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+    nodes = [Node(f"gpu{i:03d}", NodeState.IDLE, gpus_total=8) for i in range(1, 9)]
+    client = FakeSlurm(nodes, clock=0.0)  # eight idle nodes
     monkeypatch.setattr(slurmopt.slurm, "connect", lambda backend="cli", **kw: client)
     monkeypatch.setenv("SLURMOPT_CONFIG", "")
     monkeypatch.delenv("SLURMD_NODENAME", raising=False)
@@ -57,22 +41,22 @@ def agent(*args: str, fixture: str = "h100_healthy") -> list[str]:
 
 
 def test_healthy_once_prints_a_table_and_exits_0(
-    slurm_fake: FakeSlurmClient, capsys: pytest.CaptureFixture[str]
+    slurm_fake: FakeSlurm, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, err = run(agent("--node", "gpu001"), capsys)
     assert code == 0, err
     assert out.splitlines()[0] == "gpu001: driver 550.90.07"
     assert out.splitlines()[-1] == "gpu001: healthy: healthy"
     assert "NVIDIA H100 80GB HBM3" in out
-    assert slurm_fake.snapshots == 0 and err == ""
+    assert slurm_fake.reads("snapshot") == 0 and err == ""
 
 
 def test_drain_once_drains_and_logs(
-    slurm_fake: FakeSlurmClient, capsys: pytest.CaptureFixture[str]
+    slurm_fake: FakeSlurm, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, err = run(agent("--node", "gpu004", fixture="h100_ecc_dbe"), capsys)
     assert code == 0, err
-    assert slurm_fake.drains == [
+    assert slurm_fake.drains() == [
         ("gpu004", "slurmopt: gpu3:ecc-uncorrected, gpu3:row-remap-pending")
     ]
     assert out.splitlines()[-1].startswith("gpu004: drain: drained (slurmopt: gpu3:")
@@ -81,7 +65,7 @@ def test_drain_once_drains_and_logs(
 
 
 def test_node_name_from_slurmd_environment(
-    slurm_fake: FakeSlurmClient, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    slurm_fake: FakeSlurm, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SLURMD_NODENAME", "gpu007")
     code, out, err = run(agent("--dry-run", "--json", fixture="h100_xid79"), capsys)
@@ -89,22 +73,20 @@ def test_node_name_from_slurmd_environment(
     doc = json.loads(out)
     assert doc["node"] == "gpu007"
     assert doc["decision"]["action"] == "would-drain"
-    assert slurm_fake.drains == []
+    assert slurm_fake.drains() == []
 
 
 def test_cap_options_reach_the_decision(
-    slurm_fake: FakeSlurmClient, capsys: pytest.CaptureFixture[str]
+    slurm_fake: FakeSlurm, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = agent("--node", "gpu001", "--json", "--max-drain-nodes", "0", fixture="h100_ecc_dbe")
     code, out, _ = run(argv, capsys)
     assert code == 0
     assert json.loads(out)["decision"]["action"] == "capped"
-    assert slurm_fake.drains == []
+    assert slurm_fake.drains() == []
 
 
-def test_expected_gpus_option(
-    slurm_fake: FakeSlurmClient, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_expected_gpus_option(slurm_fake: FakeSlurm, capsys: pytest.CaptureFixture[str]) -> None:
     argv = agent("--node", "gpu001", "--json", "--dry-run", "--expected-gpus", "9")
     code, out, _ = run(argv, capsys)
     assert code == 0
@@ -112,7 +94,7 @@ def test_expected_gpus_option(
 
 
 def test_no_driver_is_one_line_and_exit_69(
-    slurm_fake: FakeSlurmClient, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    slurm_fake: FakeSlurm, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     no_driver = tmp_path / "no-driver.json"
     no_driver.write_text(json.dumps({"init_error": "DRIVER_NOT_LOADED", "gpu_count": 0}))
@@ -121,11 +103,11 @@ def test_no_driver_is_one_line_and_exit_69(
     assert out == ""
     assert err.startswith("slurmopt: NVML unavailable: ") and err.count("\n") == 1
     assert "Driver Not Loaded" in err
-    assert slurm_fake.snapshots == 0
+    assert slurm_fake.reads("snapshot") == 0
 
 
 def test_missing_pynvml_is_one_line_and_exit_69(
-    slurm_fake: FakeSlurmClient, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    slurm_fake: FakeSlurm, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)
     code, _, err = run(["node-agent", "--once", "--node", "gpu001"], capsys)
@@ -145,16 +127,16 @@ def test_missing_pynvml_is_one_line_and_exit_69(
     ],
 )
 def test_bad_options_exit_2(
-    slurm_fake: FakeSlurmClient, capsys: pytest.CaptureFixture[str], args: list[str], words: str
+    slurm_fake: FakeSlurm, capsys: pytest.CaptureFixture[str], args: list[str], words: str
 ) -> None:
     code, _, err = run(agent(*args), capsys)
     assert code == 2
     assert words in err and err.count("\n") == 1
-    assert slurm_fake.drains == []
+    assert slurm_fake.drains() == []
 
 
 def test_loop_mode_stops_on_sigterm(
-    slurm_fake: FakeSlurmClient, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    slurm_fake: FakeSlurm, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import os
     import signal
@@ -195,7 +177,7 @@ def write_config(tmp_path: Path, text: str) -> Path:
 
 
 def test_config_file_threshold_changes_the_verdict(
-    slurm_fake: FakeSlurmClient, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    slurm_fake: FakeSlurm, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     # The healthy fixture's GPUs run at 31 C: healthy at the default 85, degraded above 30.
     code, out, err = run(agent("--node", "gpu001"), capsys)
@@ -206,16 +188,16 @@ def test_config_file_threshold_changes_the_verdict(
     doc = json.loads(out)
     assert doc["severity"] == "degraded"
     assert doc["decision"]["reason"].startswith("slurmopt: gpu0:temperature")
-    assert slurm_fake.snapshots == 0  # degraded: Slurm is not even read
+    assert slurm_fake.reads("snapshot") == 0  # degraded: Slurm is not even read
 
 
 def test_config_file_can_make_a_reading_drain(
-    slurm_fake: FakeSlurmClient, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    slurm_fake: FakeSlurm, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     config = write_config(tmp_path, "health_expected_gpus = 9\n")
     code, out, err = run(agent("--node", "gpu001", "--config", str(config)), capsys)
     assert code == 0, err
-    assert slurm_fake.drains == [("gpu001", "slurmopt: gpu-missing")]
+    assert slurm_fake.drains() == [("gpu001", "slurmopt: gpu-missing")]
     # The option overrides the config: 8 GPUs expected, 8 seen.
     code, out, _ = run(
         agent("--node", "gpu002", "--config", str(config), "--expected-gpus", "8"), capsys
@@ -224,7 +206,7 @@ def test_config_file_can_make_a_reading_drain(
 
 
 def test_env_override_beats_the_config_file(
-    slurm_fake: FakeSlurmClient,
+    slurm_fake: FakeSlurm,
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -240,7 +222,7 @@ def test_env_override_beats_the_config_file(
 
 
 def test_config_cap_reaches_the_decision(
-    slurm_fake: FakeSlurmClient, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    slurm_fake: FakeSlurm, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     config = write_config(tmp_path, "health_max_drain_nodes = 0\n")
     argv = agent("--node", "gpu001", "--json", "--config", str(config), fixture="h100_ecc_dbe")
@@ -262,7 +244,7 @@ def test_config_cap_reaches_the_decision(
     ],
 )
 def test_bad_health_config_is_one_line_and_exit_78(
-    slurm_fake: FakeSlurmClient,
+    slurm_fake: FakeSlurm,
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -277,4 +259,4 @@ def test_bad_health_config_is_one_line_and_exit_78(
     assert code == 78
     assert out == "" and err.startswith("slurmopt: ") and err.count("\n") == 1
     assert words in err
-    assert slurm_fake.snapshots == 0 and slurm_fake.drains == []
+    assert slurm_fake.reads("snapshot") == 0 and slurm_fake.drains() == []

@@ -33,7 +33,8 @@ from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Part
 from slurmopt.policy.fragmentation import fragmentation_report
 from slurmopt.policy.plan import Plan, Reason, Reservation, Start, Unplaced
 from slurmopt.store import Store
-from tests.unit.test_daemon_fakes import NOW, TAG, FakeSlurmClient, config, held_job, two_leaves
+from tests.fakes.slurm import NOW, FakeSlurm
+from tests.unit.test_daemon_fakes import TAG, config, held_job, two_leaves
 
 FABRIC = two_leaves()[1]
 
@@ -271,7 +272,7 @@ def test_preemptions_and_checkpoint_ack_latency(metrics: DaemonMetrics) -> None:
 
 
 def test_instrumented_client_counts_writes_and_adapter_errors(metrics: DaemonMetrics) -> None:
-    fake = FakeSlurmClient(two_leaves()[0], [held_job(7)])
+    fake = FakeSlurm(two_leaves()[0], [held_job(7)])
     client = metrics.instrument(fake)
     assert metrics.instrument(client) is client
     client.pin(7, ["a0"])
@@ -294,7 +295,7 @@ def test_instrumented_client_counts_writes_and_adapter_errors(metrics: DaemonMet
 
 def test_a_daemon_cycle_feeds_every_part(tmp_path: Path) -> None:
     nodes, fabric = two_leaves()
-    fake = FakeSlurmClient(nodes, [held_job(7)])
+    fake = FakeSlurm(nodes, [held_job(7)])
     store = Store.open(f"sqlite:///{tmp_path / 'd.db'}")
     try:
         daemon = Daemon(

@@ -20,8 +20,9 @@ from slurmopt.daemon.heartbeat import write_heartbeat
 from slurmopt.daemon.loop import Daemon
 from slurmopt.model import Job
 from slurmopt.store import Base, Store
+from tests.fakes.slurm import FakeSlurm
 from tests.unit.test_config_cli import slurm_etc
-from tests.unit.test_daemon_fakes import FakeSlurmClient, config, held_job, two_leaves
+from tests.unit.test_daemon_fakes import config, held_job, two_leaves
 
 
 def unheld(job: Job) -> Job:
@@ -44,14 +45,14 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     heartbeat = tmp_path / "heartbeat"
     slurm_etc(tmp_path, monkeypatch, f'db = "{db}"\nheartbeat_path = "{heartbeat}"\n')
     jobs = [held_job(7), held_job(8, nodes=8), unheld(held_job(9, gpus=2))]
-    client = FakeSlurmClient(two_leaves()[0], jobs)
+    client = FakeSlurm(two_leaves()[0], jobs)
     client.clock = time.time()
     with closing(Store.open(db)) as store:
         Daemon(config(tmp_path, enforce=False), client, store, clock=time.time).cycle()
     write_heartbeat(heartbeat, False, now=time.time() - 5)
     connected: list[str] = []
 
-    def connect(backend: str = "cli", **options: Any) -> FakeSlurmClient:
+    def connect(backend: str = "cli", **options: Any) -> FakeSlurm:
         connected.append(backend)
         return client
 
@@ -60,7 +61,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def test_plan_json_plans_like_the_advisory_daemon_and_writes_nothing(site: dict[str, Any]) -> None:
-    client: FakeSlurmClient = site["client"]
+    client: FakeSlurm = site["client"]
     db_file = Path(site["db"].removeprefix("sqlite:///"))
     before = (_rows(site["db"]), os.stat(db_file).st_mtime_ns, os.stat(site["heartbeat"]))
     calls_before = list(client.calls)

@@ -21,46 +21,11 @@ from slurmopt.daemon.preempt import (
 from slurmopt.errors import ConfigError
 from slurmopt.model import Job, JobState
 from slurmopt.store import ManagedJobState, Preemption, Store
-from slurmopt.tag import with_checkpoint
-from tests.unit.test_daemon_fakes import (
-    FakeCrash,
-    FakeSlurmClient,
-    config,
-    held_job,
-    two_leaves,
-)
+from tests.fakes.slurm import FakeCrash, FakeSlurm
+from tests.unit.test_daemon_fakes import config, held_job, two_leaves
 
 PRE = "slurmopt:managed,preemptible"
 GRACE = 30.0
-
-
-class FakePreemptableSlurm(FakeSlurmClient):
-    """The daemon fake plus signals, requeues and a job's own checkpoint ack."""
-
-    def signal(self, job_id: int, signal: str, batch_only: bool = True) -> None:
-        self._enter("signal", job_id)
-        self.calls.append(("signal", job_id, signal, batch_only))
-
-    def requeue(self, job_id: int, hold: bool = True) -> None:
-        job = self._enter("requeue", job_id)
-        self.calls.append(("requeue", job_id, hold))
-        for name in job.nodes:
-            self.nodes[name] = dataclasses.replace(self.nodes[name], gpus_alloc=0)
-        self._set(
-            job_id,
-            state=JobState.PENDING,
-            nodes=(),
-            held=True,
-            reason="JobHeldAdmin",
-            priority=0,
-            restarts=job.restarts + 1,
-            start_time=None,
-            submit_time=self.clock,  # as Slurm does on a requeue
-        )
-
-    def ack(self, job_id: int, step: int) -> None:
-        job = self.jobs[job_id]
-        self._set(job_id, comment=with_checkpoint(job.comment, step, self.clock))
 
 
 @pytest.fixture
@@ -73,7 +38,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 def _daemon(
     tmp_path: Path,
     store: Store,
-    client: FakeSlurmClient,
+    client: FakeSlurm,
     settings: PreemptionSettings | None = None,
 ) -> Daemon:
     _, fabric = two_leaves()
@@ -103,10 +68,10 @@ def _plain(job_id: int, nodes: tuple[str, ...], clock: float) -> Job:
     )
 
 
-def _full_cluster_with_victim(tmp_path: Path, store: Store) -> tuple[FakePreemptableSlurm, Daemon]:
+def _full_cluster_with_victim(tmp_path: Path, store: Store) -> tuple[FakeSlurm, Daemon]:
     """A managed preemptible 2-node job running on a0,a1; every other node busy."""
     nodes, _ = two_leaves()
-    client = FakePreemptableSlurm(nodes, [held_job(5, nodes=2, comment=PRE)])
+    client = FakeSlurm(nodes, [held_job(5, nodes=2, comment=PRE)])
     daemon = _daemon(tmp_path, store, client)
     daemon.cycle()
     client.start(5)

@@ -11,14 +11,8 @@ from slurmopt.daemon.loop import Daemon, Mode
 from slurmopt.daemon.reconcile import PIN_IN_FLIGHT_S, PIN_NOT_APPLIED, PIN_TIMEOUT
 from slurmopt.model import Job, JobState
 from slurmopt.store import ManagedJob, ManagedJobState, Store, history
-from tests.unit.test_daemon_fakes import (
-    SUBMIT,
-    FakeCrash,
-    FakeSlurmClient,
-    config,
-    held_job,
-    two_leaves,
-)
+from tests.fakes.slurm import FakeCrash, FakeSlurm
+from tests.unit.test_daemon_fakes import SUBMIT, config, held_job, two_leaves
 
 S = ManagedJobState
 
@@ -30,7 +24,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
     store.close()
 
 
-def _daemon(tmp_path: Path, store: Store, client: FakeSlurmClient, holder: str) -> Daemon:
+def _daemon(tmp_path: Path, store: Store, client: FakeSlurm, holder: str) -> Daemon:
     _, fabric = two_leaves()
     return Daemon(
         config(tmp_path),
@@ -42,7 +36,7 @@ def _daemon(tmp_path: Path, store: Store, client: FakeSlurmClient, holder: str) 
     )
 
 
-def _restart(tmp_path: Path, store: Store, client: FakeSlurmClient) -> Daemon:
+def _restart(tmp_path: Path, store: Store, client: FakeSlurm) -> Daemon:
     """A new process after a crash: a new holder, once the dead one's lease has expired."""
     client.clock += 11
     return _daemon(tmp_path, store, client, holder="host:2")
@@ -60,9 +54,9 @@ def _keys(store: Store, job_id: int) -> list[str]:
         return [t.key for t in history(session, job_id)]
 
 
-def _setup(tmp_path: Path, store: Store, jobs: list[Job]) -> tuple[FakeSlurmClient, Daemon]:
+def _setup(tmp_path: Path, store: Store, jobs: list[Job]) -> tuple[FakeSlurm, Daemon]:
     nodes, _ = two_leaves()
-    client = FakeSlurmClient(nodes, jobs)
+    client = FakeSlurm(nodes, jobs)
     return client, _daemon(tmp_path, store, client, holder="host:1")
 
 

@@ -18,8 +18,9 @@ from slurmopt.daemon.status import DaemonStatus, encode
 from slurmopt.daemon.switch import set_switch
 from slurmopt.plugin import read_source, render_plugin
 from slurmopt.store import Store
+from tests.fakes.slurm import FakeSlurm
 from tests.unit.test_config_cli import slurm_etc
-from tests.unit.test_daemon_fakes import FakeSlurmClient, config, held_job, two_leaves
+from tests.unit.test_daemon_fakes import config, held_job, two_leaves
 from tests.unit.test_plugin import _main
 
 
@@ -44,7 +45,7 @@ def store(site: Path) -> Iterator[Store]:
 
 def _cycle(site: Path, store: Store, enforce: bool) -> None:
     """One real daemon cycle on the wall clock: one job placed, one waiting for all 8 nodes."""
-    client = FakeSlurmClient(two_leaves()[0], [held_job(7), held_job(9, nodes=8)])
+    client = FakeSlurm(two_leaves()[0], [held_job(7), held_job(9, nodes=8)])
     client.clock = time.time()
     _, fabric = two_leaves()
     daemon = Daemon(

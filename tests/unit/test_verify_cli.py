@@ -15,6 +15,7 @@ import slurmopt.slurm
 from slurmopt.cli import main
 from slurmopt.errors import SlurmUnavailable
 from slurmopt.fabric import Fabric
+from tests.fakes.slurm import FakeSlurm
 from tests.unit.test_verify import FABRIC, document, measured, snapshot
 
 RING = ["n1", "n2", "n9", "n10"]
@@ -46,25 +47,13 @@ echo "$@" >> "$FAKE_SCANCEL"
 """
 
 
-class FakeClient:
-    name = "fake"
-
-    def __init__(self, error: Exception | None = None) -> None:
-        self.error = error
-
-    def snapshot(self) -> Any:
-        if self.error is not None:
-            raise self.error
-        return snapshot()
-
-
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
     """A fake Slurm (client, fabric, sbatch, scancel); returns paths and the recorded calls."""
     calls: dict[str, Any] = {"error": None}
 
-    def connect(backend: str = "cli", **options: Any) -> FakeClient:
-        return FakeClient(calls["error"])
+    def connect(backend: str = "cli", **options: Any) -> FakeSlurm:
+        return FakeSlurm.from_snapshot(snapshot(), calls["error"])
 
     def load_fabric(**kwargs: Any) -> Fabric:
         calls["fabric"] = kwargs
