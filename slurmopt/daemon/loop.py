@@ -30,6 +30,7 @@ mid-cycle and acts on nothing more.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -37,7 +38,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -65,12 +66,13 @@ from slurmopt.daemon.status import DaemonStatus, encode
 from slurmopt.daemon.switch import read_switch
 from slurmopt.errors import SlurmoptError, SlurmResponseError, SlurmUnavailable
 from slurmopt.fabric import Fabric
+from slurmopt.hostlist import expand
 from slurmopt.metrics import DaemonMetrics
 from slurmopt.model import ClusterSnapshot, Job
 from slurmopt.policy.fragmentation import fragmentation_report
 from slurmopt.policy.plan import Plan, Policy, plan
 from slurmopt.slurm.base import SlurmClient
-from slurmopt.store import Fence, LeaseLost, ManagedJob, Store
+from slurmopt.store import Fence, LeaseLost, ManagedJob, ManagedJobState, Store
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +142,34 @@ def default_holder() -> str:
 def _shape(text: str) -> str:
     """A log line with its numbers blanked: repeats are told apart by content, not counts."""
     return re.sub(r"\d+(\.\d+)?", "#", text)
+
+
+def promised(snapshot: ClusterSnapshot, records: Mapping[int, ManagedJob]) -> ClusterSnapshot:
+    """The cluster as the planner must see it: a pin recorded but not yet started holds its nodes.
+
+    A job recorded ``pinned`` that Slurm still shows pending (its pin in
+    flight, or released and about to start) has been promised its recorded
+    nodes; planning another job onto them would book them twice.  Their GPUs
+    count as allocated until the reconciler moves the record on.
+    """
+    taken: dict[str, int] = {}
+    for record in records.values():
+        job = snapshot.jobs.get(record.job_id)
+        if record.state is not ManagedJobState.PINNED or not record.nodes or job is None:
+            continue
+        if not job.is_pending:
+            continue
+        for name in expand(record.nodes):
+            taken[name] = taken.get(name, 0) + max(job.gpus_per_node, 1)
+    if not taken:
+        return snapshot
+    nodes = [
+        dataclasses.replace(n, gpus_alloc=min(n.gpus_total, n.gpus_alloc + taken[n.name]))
+        if n.name in taken
+        else n
+        for n in snapshot.nodes.values()
+    ]
+    return dataclasses.replace(snapshot, nodes={n.name: n for n in nodes})
 
 
 def discover_fabric(config: Config) -> FabricLoader:
@@ -461,9 +491,10 @@ class Daemon:
         priorities = planning_priorities(
             planned_jobs, {i: r.priority_before_hold for i, r in records.items()}
         )
+        seen = promised(snapshot, records) if acting else snapshot
         started = time.perf_counter()
         result.plan = plan(
-            snapshot, self.fabric, self.policy, now, managed=managed, priorities=priorities
+            seen, self.fabric, self.policy, now, managed=managed, priorities=priorities
         )
         duration = time.perf_counter() - started
         result.plan_id = self.store.record_plan(result.plan, snapshot.taken_at, duration)
@@ -653,4 +684,5 @@ __all__ = [
     "Mode",
     "default_holder",
     "discover_fabric",
+    "promised",
 ]

@@ -164,13 +164,12 @@ class FakeSlurm:
         times: int | None = 1,
     ) -> Fault:
         """Raise ``error(point)`` at ``point`` (``before:CALL``, ``after:CALL``,
-        ``before-record:ACTION``, ``after-record:ACTION``)."""
+        ``before-record:ACTION``, ``after-record:ACTION``: fires only in stores
+        passed to :meth:`attach`)."""
         where, _, what = point.partition(":")
         known = RECORDS if where.endswith("record") else CALLS
         if where not in ("before", "after", "before-record", "after-record") or what not in known:
             raise ValueError(f"unknown fault point {point!r}")
-        if where.endswith("record") and not self._stores:
-            raise ValueError("fail_record needs a store: call attach(store) first")
         fault = Fault(point, error, job_id, times)
         self.faults.append(fault)
         return fault

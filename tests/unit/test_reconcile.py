@@ -9,6 +9,7 @@ import pytest
 
 from slurmopt.daemon.loop import Daemon, Mode
 from slurmopt.daemon.reconcile import PIN_IN_FLIGHT_S, PIN_NOT_APPLIED, PIN_TIMEOUT
+from slurmopt.hostlist import expand, fold
 from slurmopt.model import Job, JobState
 from slurmopt.store import ManagedJob, ManagedJobState, Store, history
 from tests.fakes.slurm import FakeCrash, FakeSlurm
@@ -274,3 +275,23 @@ def test_requeued_running_job_waits_again(tmp_path: Path, store: Store) -> None:
     daemon.cycle()
     assert _state(store, 7) is S.PINNED  # planned again on the next fresh snapshot
     assert client.count("release", 7) == 2
+
+
+def test_nodes_of_a_pin_in_flight_are_not_given_to_another_job(
+    tmp_path: Path, store: Store
+) -> None:
+    # Job 7's pin to one leaf is recorded but never reached Slurm (the daemon died).
+    client, first = _setup(tmp_path, store, [held_job(7, nodes=4)])
+    client.crash_on = "pin"
+    with pytest.raises(FakeCrash):
+        first.cycle()
+    pinned = store.managed_job(7)
+    assert pinned is not None and pinned.nodes is not None
+    client.jobs[8] = held_job(8, nodes=4)
+    second = _restart(tmp_path, store, client)
+    second.cycle()
+    # Job 8 goes to the other leaf: the recorded pin still holds its nodes.
+    [(_, _, nodes)] = [c for c in client.calls if c[0] == "pin"]
+    assert client.writes(8, "pin") == 1 and client.writes(8, "release") == 1
+    assert fold(nodes) != pinned.nodes and not set(nodes) & set(expand(pinned.nodes))
+    assert client.writes(7, "pin") == 0 and client.writes_total() == 2
