@@ -265,15 +265,17 @@ class Daemon:
         return read_switch(self.store).disabled
 
     def _may_act_now(self) -> bool:
-        """Still enforcing: not stopping, the switch is off, the lease is still ours."""
+        """Still enforcing: not stopping, the switch is off, the lease is still ours.
+
+        A lease that passed to another daemon raises :class:`LeaseLost`, which
+        stops the cycle where it is, as a fenced write would: no heartbeat and
+        no status are written over the new holder's.
+        """
         if self.stopping.is_set() or not self.config.enforce or self._disabled():
             return False
         if self.fence is None:
             return False
-        try:
-            self.store.guard()
-        except LeaseLost:
-            return False
+        self.store.guard()
         return True
 
     def _say(self, key: str, level: int, text: str) -> None:

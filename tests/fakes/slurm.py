@@ -109,8 +109,9 @@ class FakeSlurm:
 
     ``crash_on`` names a call that raises :class:`FakeCrash` instead of
     happening, once (shorthand for ``fail("before:" + call)``); ``during``
-    runs a hook once when a call of that name is entered (a slow or paused
-    call); ``down`` makes every call raise :class:`SlurmUnavailable`.
+    runs a hook once when a call of that name (a write, or ``snapshot``,
+    ``topology``, ``config``) is entered: a slow or paused call; ``down``
+    makes every call raise :class:`SlurmUnavailable`.
     """
 
     name = "fake"
@@ -265,6 +266,9 @@ class FakeSlurm:
         if self.down:
             raise SlurmUnavailable(f"{command}: slurmctld unreachable: fake")
         self._fire(f"before:{kind}", None)
+        hook = self.during.pop(kind, None)
+        if hook is not None:
+            hook()
 
     def snapshot(self) -> ClusterSnapshot:
         self._read("snapshot", "squeue --json")
@@ -420,6 +424,28 @@ class FakeSlurm:
         """The job writes its checkpoint acknowledgement (``ckpt=STEP@T``) into its comment."""
         job = self.jobs[job_id]
         self._set(job_id, comment=with_checkpoint(job.comment, step, self.clock))
+
+    def occupy(self, names: Iterable[str], first_id: int = 100) -> list[int]:
+        """Slurm's own long jobs (not slurmopt's), one on each of these nodes, all its GPUs."""
+        ids = []
+        for name in names:
+            job_id = max([first_id - 1, *self.jobs]) + 1
+            self.jobs[job_id] = Job(
+                job_id=job_id,
+                state=JobState.RUNNING,
+                partition="gpu",
+                nodes=(name,),
+                node_count=1,
+                gpus_per_node=self.nodes[name].gpus_total,
+                start_time=self.clock - 10,
+                time_limit_s=86_400,
+                submit_time=self.clock - 20,
+            )
+            self.nodes[name] = dataclasses.replace(
+                self.nodes[name], gpus_alloc=self.nodes[name].gpus_total, state=NodeState.ALLOCATED
+            )
+            ids.append(job_id)
+        return ids
 
     def schedule(self) -> list[int]:
         """Slurm's scheduler, as far as the daemon tests need it: start every released,

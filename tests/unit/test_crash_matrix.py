@@ -13,7 +13,6 @@ per decision, and the store must agree with Slurm.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ from slurmopt.daemon.managed import ADMIN_HOLD_REASON
 from slurmopt.daemon.preempt import REQUEUED, PreemptionSettings
 from slurmopt.errors import SlurmUnavailable
 from slurmopt.hostlist import fold
-from slurmopt.model import Job, JobState, NodeState
+from slurmopt.model import Job
 from slurmopt.store import JobTransition, ManagedJob, ManagedJobState, Preemption, Store
 from tests.fakes.slurm import (
     WRITES,
@@ -170,21 +169,7 @@ def _cluster() -> FakeSlurm:
     """Eight nodes; six busy with Slurm's own long jobs, so the victim's two are the only room."""
     nodes, _ = two_leaves()
     client = FakeSlurm(nodes, [_plugin_held(VICTIM, PRE)])
-    for i, name in enumerate(["a2", "a3", "b0", "b1", "b2", "b3"]):
-        client.jobs[100 + i] = Job(
-            job_id=100 + i,
-            state=JobState.RUNNING,
-            partition="gpu",
-            nodes=(name,),
-            node_count=1,
-            gpus_per_node=8,
-            start_time=client.clock - 10,
-            time_limit_s=86_400,
-            submit_time=client.clock - 20,
-        )
-        client.nodes[name] = dataclasses.replace(
-            client.nodes[name], gpus_alloc=8, state=NodeState.ALLOCATED
-        )
+    client.occupy(["a2", "a3", "b0", "b1", "b2", "b3"])
     return client
 
 
