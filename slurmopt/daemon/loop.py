@@ -68,7 +68,7 @@ from slurmopt.errors import SlurmoptError, SlurmResponseError, SlurmUnavailable
 from slurmopt.fabric import Fabric
 from slurmopt.hostlist import expand
 from slurmopt.metrics import DaemonMetrics
-from slurmopt.model import ClusterSnapshot, Job
+from slurmopt.model import ClusterSnapshot, Job, JobState
 from slurmopt.policy.fragmentation import fragmentation_report
 from slurmopt.policy.plan import Plan, Policy, plan
 from slurmopt.slurm.base import SlurmClient
@@ -149,27 +149,33 @@ def promised(snapshot: ClusterSnapshot, records: Mapping[int, ManagedJob]) -> Cl
 
     A job recorded ``pinned`` that Slurm still shows pending (its pin in
     flight, or released and about to start) has been promised its recorded
-    nodes; planning another job onto them would book them twice.  Their GPUs
-    count as allocated until the reconciler moves the record on.
+    nodes; planning another job onto them would book them twice.  The planner
+    sees it running there from the snapshot's time for its time limit, until
+    the reconciler moves the record on.
     """
-    taken: dict[str, int] = {}
+    jobs = dict(snapshot.jobs)
+    nodes = dict(snapshot.nodes)
     for record in records.values():
         job = snapshot.jobs.get(record.job_id)
         if record.state is not ManagedJobState.PINNED or not record.nodes or job is None:
             continue
         if not job.is_pending:
             continue
-        for name in expand(record.nodes):
-            taken[name] = taken.get(name, 0) + max(job.gpus_per_node, 1)
-    if not taken:
+        names = tuple(n for n in expand(record.nodes) if n in nodes)
+        jobs[job.job_id] = dataclasses.replace(
+            job,
+            state=JobState.RUNNING,
+            nodes=names,
+            node_count=len(names),
+            start_time=snapshot.taken_at,
+        )
+        for name in names:
+            node = nodes[name]
+            alloc = min(node.gpus_total, node.gpus_alloc + max(job.gpus_per_node, 1))
+            nodes[name] = dataclasses.replace(node, gpus_alloc=alloc)
+    if jobs == dict(snapshot.jobs):
         return snapshot
-    nodes = [
-        dataclasses.replace(n, gpus_alloc=min(n.gpus_total, n.gpus_alloc + taken[n.name]))
-        if n.name in taken
-        else n
-        for n in snapshot.nodes.values()
-    ]
-    return dataclasses.replace(snapshot, nodes={n.name: n for n in nodes})
+    return dataclasses.replace(snapshot, nodes=nodes, jobs=jobs)
 
 
 def discover_fabric(config: Config) -> FabricLoader:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from slurmopt.daemon.fenced import HOOK_ENV
 from slurmopt.daemon.heartbeat import read_heartbeat, write_heartbeat
 from slurmopt.daemon.status import decode
 from slurmopt.hostlist import expand
@@ -31,6 +32,7 @@ from tests.sandbox import SlurmSandbox
 pytestmark = pytest.mark.slurm
 
 SANDBOX_TOML = Path("/tmp/slurmopt-sandbox/etc/slurmopt.toml")
+REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from slurmopt.cli import main; main()"]
 LEAVES = {
     "leaf1": [f"gpu{i:03d}" for i in range(1, 9)],
@@ -49,6 +51,39 @@ def _wait(what: str, check: Callable[[], object], timeout: float = 60.0) -> obje
             return value
         time.sleep(0.5)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class CtldLog:
+    """slurmctld's own log of the writes it carried out, from when this was made.
+
+    Slurm's record, not the daemon's: a write the daemon made and then died
+    before logging still counts here.
+    """
+
+    def __init__(self, slurm: SlurmSandbox) -> None:
+        self.path = Path(slurm.conf).parent.parent / "run" / "log" / "slurmctld.log"
+        self.start = self.path.stat().st_size
+
+    def _count(self, *parts: str) -> int:
+        """Lines written since this was made that contain every one of ``parts``."""
+        with open(self.path, "rb") as fh:
+            fh.seek(self.start)
+            text = fh.read().decode(errors="replace")
+        return sum(1 for line in text.splitlines() if all(p in line for p in parts))
+
+    def pins(self, job_id: int) -> int:
+        """``scontrol update JobId=N NodeList=...``."""
+        return self._count("setting req_nodes to ", f" for JobId={job_id}")
+
+    def releases(self, job_id: int) -> int:
+        return self._count(f"release hold on JobId={job_id} by")
+
+    def signals(self, job_id: int) -> int:
+        """``scancel --signal`` (the daemon never cancels a job)."""
+        return self._count(f"REQUEST_KILL_JOB JobId={job_id} uid")
+
+    def requeues(self, job_id: int) -> int:
+        return self._count(f"Requeuing JobId={job_id}")
 
 
 class DaemonRun:
@@ -70,9 +105,16 @@ class DaemonRun:
             f'heartbeat_path = "{heartbeat}"\nheartbeat_max_age_s = {max_age}\npin_timeout_s = 30\n'
         )
         self.proc: subprocess.Popen[bytes] | None = None
+        slurm.env["PYTHONPATH"] = str(REPO)  # the CLI the tests run is this tree's
         self.plugin = "JobSubmitPlugins=lua" in Path(slurm.conf).read_text()
 
-    def start(self) -> None:
+    def start(self, hook: str | None = None) -> None:
+        """Start the daemon; ``hook`` puts a fault at a named point of it
+        (``SLURMOPT_TEST_HOOK``, see ``slurmopt/daemon/fenced.py``): ``kill@before:pin``..."""
+        env = {**self.slurm.env, "PYTHONPATH": str(REPO)}
+        env.pop(HOOK_ENV, None)
+        if hook is not None:
+            env[HOOK_ENV] = hook
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen(
             [
@@ -86,7 +128,7 @@ class DaemonRun:
                 "1",
                 "--enforce",
             ],
-            env=self.slurm.env,
+            env=env,
             stdout=log,
             stderr=log,
         )
@@ -316,27 +358,37 @@ def test_backfill_starts_a_short_job_in_a_gap_and_the_head_job_starts_on_time(
     assert _started_record(daemon, head).nodes == "gpu[001-008]"
 
 
-def test_sigkill_mid_cycle_then_restart_acts_exactly_once(
-    slurm: SlurmSandbox, daemon: DaemonRun
+@pytest.mark.parametrize("point", ["before:pin", "after:pin"])
+def test_sigkill_inside_the_pin_window_then_restart_pins_exactly_once(
+    slurm: SlurmSandbox, daemon: DaemonRun, point: str
 ) -> None:
-    daemon.start()
+    """Killed right before its pin reaches Slurm (recorded, not made), or right after (made,
+    not released): the restarted daemon pins the job exactly once in all and releases it once."""
+    ctld = CtldLog(slurm)
+    daemon.start(hook=f"kill@{point}")
     daemon.wait_enforcing()
     job = daemon.submit("-N", "2", "--gres=gpu:8", "-t", "2")
-    _wait("the pin to be logged", lambda: f"job {job}: pin recorded" in daemon.log(), 60)
-    daemon.stop(signal.SIGKILL)
+    assert daemon.proc is not None and daemon.proc.wait(timeout=60) == -signal.SIGKILL
+    record = daemon.record(job)
+    assert record is not None and record.state is ManagedJobState.PINNED
+    made = 1 if point == "after:pin" else 0
+    assert (ctld.pins(job), ctld.releases(job)) == (made, 0)
 
     daemon.start()
-    nodes = _running(slurm, job, timeout=90)
+    nodes = _running(slurm, job, timeout=120)
     record = _started_record(daemon, job)
     assert record.nodes is not None and expand(record.nodes) == nodes
     time.sleep(3)  # a few more cycles: nothing else may happen to the job
+    assert (ctld.pins(job), ctld.releases(job)) == (1, 1)
     transitions = daemon.transitions(job)
     keys = [t.key for t in transitions]
     assert len(keys) == len(set(keys))
     pins = [t for t in transitions if t.to_state is ManagedJobState.PINNED]
-    assert 1 <= len(pins) <= 2
-    if len(pins) == 2:  # the first pin never reached Slurm: it was withdrawn, then re-planned
-        assert any(t.reason == "pin_not_applied" for t in transitions)
+    if point == "before:pin":  # withdrawn in the store, then decided again under a new key
+        assert len(pins) == 2
+        assert [t.reason for t in transitions].count("pin_not_applied") == 1
+    else:  # found in Slurm: only the release was finished
+        assert len(pins) == 1
     assert [t.to_state for t in transitions].count(ManagedJobState.RUNNING) == 1
     assert slurm.run("squeue", "-h", "-t", "PD", "-o", "%i %r").strip() == ""
 
@@ -372,32 +424,48 @@ def _start_ctld(slurm: SlurmSandbox) -> None:
             fh.write(f"slurmctld {pid}\n")
 
 
-def test_slurmctld_outage_acts_on_nothing_then_resumes(
+def _stopped(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    except (OSError, IndexError):
+        return False
+
+
+def test_slurmctld_outage_between_the_pin_record_and_the_pin_acts_on_nothing_then_pins_once(
     slurm: SlurmSandbox, daemon: DaemonRun
 ) -> None:
+    """slurmctld goes away while the daemon sits between recording a pin and making it."""
     run_dir = Path(slurm.conf).parent.parent / "run"
-    daemon.start()
+    ctld = CtldLog(slurm)
+    daemon.start(hook="stop@before:pin")
     daemon.wait_enforcing()
+    job = daemon.submit("--gres=gpu:4", "-t", "2")
+    assert daemon.proc is not None
+    _wait("the daemon to stop right before its pin", lambda: _stopped(daemon.proc.pid), 60)
+    record = daemon.record(job)
+    assert record is not None and record.state is ManagedJobState.PINNED
     pid = _ctld_pid(run_dir)
     assert pid is not None
     try:
         os.kill(pid, signal.SIGTERM)
         _wait("slurmctld to exit", lambda: not Path(f"/proc/{pid}").exists(), 60)
-        _wait("the daemon to record the outage", lambda: "acting on nothing" in daemon.log(), 60)
+        os.kill(daemon.proc.pid, signal.SIGCONT)  # the pin now meets a dead controller
+        _wait("the daemon to record the outage", lambda: "acting on nothing" in daemon.log(), 90)
         store = daemon.store()
         beat = store.last_beat("daemon")
         store.close()
         assert beat is not None and "acting on nothing" in beat.detail
         assert not daemon.enforcing()
-        assert daemon.proc is not None and daemon.proc.poll() is None
+        assert daemon.proc.poll() is None
     finally:
         if _ctld_pid(run_dir) is None:
             _start_ctld(slurm)
     daemon.wait_enforcing(90)
-    job = daemon.submit("--gres=gpu:4", "-t", "2")
-    nodes = _running(slurm, job, timeout=90)
+    nodes = _running(slurm, job, timeout=120)
     assert _started_record(daemon, job).nodes == nodes[0]
     assert "Slurm answers again" in daemon.log()
+    time.sleep(3)
+    assert (ctld.pins(job), ctld.releases(job)) == (1, 1)
 
 
 def test_disable_releases_every_held_job_and_slurm_runs_them_alone(

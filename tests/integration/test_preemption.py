@@ -23,7 +23,7 @@ from sqlalchemy import select
 
 from slurmopt.elastic.tiny_train import reference_losses
 from slurmopt.store import ManagedJobState, Preemption
-from tests.integration.test_daemon import CLI, DaemonRun, _wait, enforcing_daemon
+from tests.integration.test_daemon import CLI, CtldLog, DaemonRun, _wait, enforcing_daemon
 from tests.sandbox import SlurmSandbox, free_port
 
 pytestmark = [pytest.mark.slurm, pytest.mark.preemption, pytest.mark.torch]
@@ -278,9 +278,15 @@ def test_victim_that_never_acknowledges_keeps_running(
 def test_daemon_killed_after_the_signal_finishes_the_preemption_once(
     slurm: SlurmSandbox, daemon: DaemonRun
 ) -> None:
+    """The daemon dies right after its signal reached Slurm, before it noted sending it: the
+    restarted daemon finishes the preemption with no second signal and exactly one requeue."""
     import signal as signals
     import sys
 
+    daemon.stop()
+    daemon.start(hook="kill@after:signal")
+    daemon.wait_enforcing()
+    ctld = CtldLog(slurm)
     victim = _submit(
         slurm,
         daemon,
@@ -293,8 +299,12 @@ def test_daemon_killed_after_the_signal_finishes_the_preemption_once(
     slurm.wait_state(victim, "RUNNING", timeout=60)
     _fill_all_but(slurm, 0)
     preemptor = _submit(slurm, daemon, "-N", "2", "--gres=gpu:8", "--wrap", "sleep 600")
-    _wait("the signal", lambda: "sent USR2" in daemon.log(), timeout=60)
-    daemon.stop(signals.SIGKILL)
+    assert daemon.proc is not None and daemon.proc.wait(timeout=60) == -signals.SIGKILL
+    assert ctld.signals(victim) == 1 and "sent USR2" not in daemon.log()
+    [row] = _rows(daemon)
+    assert row.victim_job_id == victim and row.outcome is None
+    # The victim acknowledges before any daemon runs again (the dead one's lease must expire).
+    _wait("the ack", lambda: "ckpt=11@" in slurm.job_field(victim, "%k"), timeout=30)
     daemon.start()
     _wait("the preemptor to run", lambda: _state(slurm, preemptor) == "RUNNING", timeout=120)
     _wait(
@@ -304,5 +314,7 @@ def test_daemon_killed_after_the_signal_finishes_the_preemption_once(
     )
     [row] = _rows(daemon)
     assert row.victim_job_id == victim and row.checkpoint_step == 11
+    time.sleep(3)  # a few more cycles: nothing else happens to the victim
     assert slurm.run("scontrol", "show", "job", str(victim)).count("Restarts=1") == 1
+    assert (ctld.signals(victim), ctld.requeues(victim)) == (1, 1)
     assert daemon.log().count(f"job {victim} requeued held") == 1

@@ -159,3 +159,29 @@ def test_preflight_refuses_a_heartbeat_directory_others_can_write(tmp_path: Path
     assert stat.S_IMODE(made.stat().st_mode) == 0o755
     os.mkfifo(made / "heartbeat")
     assert "not a regular file" in (prepare_heartbeat_dir(str(made / "heartbeat")) or "")
+
+
+def test_the_test_hook_is_inert_unless_set_and_fires_once_at_its_point(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import signal
+
+    import slurmopt.daemon.fenced as fenced
+
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(fenced.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    fake = FakeSlurm(two_leaves()[0], [held_job(7)])
+    monkeypatch.delenv(fenced.HOOK_ENV, raising=False)
+    fenced.FencedClient(fake, lambda: None).pin(7, ["a0"])
+    for bad in ("kill", "kill@", "boom@before:pin", "kill@during:pin"):
+        monkeypatch.setenv(fenced.HOOK_ENV, bad)
+        fenced.FencedClient(fake, lambda: None).pin(7, ["a0"])
+    assert sent == []
+    monkeypatch.setenv(fenced.HOOK_ENV, "stop@after:pin")
+    client = fenced.FencedClient(fake, lambda: None)
+    client.release(7)
+    assert sent == []
+    client.pin(7, ["a1"])
+    assert sent == [(os.getpid(), signal.SIGSTOP)] and fake.writes(7, "pin") == 6
+    client.pin(7, ["a2"])  # once per process
+    assert len(sent) == 1

@@ -125,3 +125,24 @@ def test_garbage_is_not_enforcing(tmp_path: Path, data: bytes) -> None:
 def test_unknown_keys_and_comments_are_ignored() -> None:
     beat = parse_heartbeat("# note\nversion=1\ntime=5\nenforce=0\nplan=42\n")
     assert beat == Heartbeat(time=5, enforce=False, pid=0, holder="")
+
+
+def test_partitions_and_sequence_survive_the_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "heartbeat"
+    write_heartbeat(
+        path, True, now=NOW, pid=1, holder="X-ctl:1", managed_partitions=("gpu", "a100"), seq=7
+    )
+    beat = read_heartbeat(path, now=NOW, max_age_s=30).heartbeat
+    assert beat is not None and beat.holder == "X-ctl:1"  # any printable holder is kept
+    assert (beat.managed_partitions, beat.seq) == (("gpu", "a100"), 7)
+
+
+def test_a_file_of_exactly_the_maximum_size_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "heartbeat"
+    body = b"version=1\ntime=1750000000\nenforce=1\n"
+    path.write_bytes(body + b"#" * (MAX_BYTES - len(body) - 1) + b"\n")
+    assert len(path.read_bytes()) == MAX_BYTES
+    assert read_heartbeat(path, now=NOW, max_age_s=30).enforcing
+    path.write_bytes(b"version=1\ntime=\xff\n")
+    status = read_heartbeat(path, now=NOW, max_age_s=30)
+    assert status.fresh is False and status.enforcing is False
