@@ -222,3 +222,210 @@ def test_a_requeue_from_before_the_signal_does_not_finish_the_preemption(
     daemon.cycle()
     [row] = _rows(store)
     assert row.outcome == VICTIM_ENDED != REQUEUED
+
+
+# -- smaller rules, each found unguarded by mutation testing (docs/testing.md) ------------------
+def test_every_fenced_write_reaches_slurm_with_its_arguments() -> None:
+    from slurmopt.daemon.fenced import FencedClient
+
+    fake = FakeSlurm(two_leaves()[0], [held_job(7)])
+    guarded: list[int] = []
+    client = FencedClient(fake, lambda: guarded.append(1))
+    client.hold(7)
+    client.pin(7, ["a0"])
+    client.shrink(7, 1)
+    client.set_comment(7, "c", admin=False)
+    client.release(7)
+    client.signal(7, "USR1", batch_only=False)
+    client.requeue(7, hold=False)
+    client.drain("b1", "bad gpu")
+    assert [c[0] for c in fake.calls] == [
+        "hold",
+        "pin",
+        "shrink",
+        "comment",
+        "release",
+        "signal",
+        "requeue",
+        "drain",
+    ]
+    assert fake.calls[1] == ("pin", 7, ("a0",)) and fake.calls[5] == ("signal", 7, "USR1", False)
+    assert fake.calls[6] == ("requeue", 7, False) and fake.drains() == [("b1", "bad gpu")]
+    assert fake.jobs[7].comment == "c" and len(guarded) == 8
+
+
+def test_a_bug_in_a_cycle_leaves_a_heartbeat_that_lets_the_plugin_fail_open(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = FakeSlurm(two_leaves()[0], [])
+    daemon = _daemon(tmp_path, store, client)
+    daemon.cycle()
+    assert read_heartbeat(tmp_path / "heartbeat", now=client.clock, max_age_s=30).enforcing
+
+    def bug() -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(daemon, "_cycle", bug)
+    client.clock += 1
+    daemon._tick()
+    beat = read_heartbeat(tmp_path / "heartbeat", now=client.clock, max_age_s=30)
+    assert beat.fresh and not beat.enforcing
+    assert beat.heartbeat is not None and beat.heartbeat.time == int(client.clock)
+
+
+def test_the_kill_switch_wins_over_a_request_to_say_enforce(tmp_path: Path, store: Store) -> None:
+    client = FakeSlurm(two_leaves()[0], [])
+    daemon = _daemon(tmp_path, store, client)
+    daemon.cycle()
+    set_switch(store, True, "op@host", client.clock)
+    daemon.write_heartbeat(True, client.clock)
+    assert not read_heartbeat(tmp_path / "heartbeat", now=client.clock, max_age_s=30).enforcing
+
+
+def test_standby_says_who_holds_the_lease(tmp_path: Path, store: Store) -> None:
+    client = FakeSlurm(two_leaves()[0], [])
+    assert _daemon(tmp_path, store, client, "host:1").cycle().mode is Mode.ENFORCING
+    result = _daemon(tmp_path, store, client, "host:2").cycle()
+    assert result.mode is Mode.STANDBY and "host:1" in " ".join(result.notes)
+
+
+def test_switch_turned_off_during_the_starts_stops_the_rest(tmp_path: Path, store: Store) -> None:
+    client = FakeSlurm(two_leaves()[0], [held_job(7, nodes=4), held_job(8, nodes=4)])
+    daemon = _daemon(tmp_path, store, client)
+    client.during["pin"] = lambda: set_switch(store, True, "op@host", client.clock)
+    result = daemon.cycle()
+    assert client.writes_total("pin") == 1 and client.writes_total("release") == 1
+    assert result.acted is not None and len(result.acted.skipped) == 1
+
+
+def test_every_planner_knob_comes_from_the_config(tmp_path: Path) -> None:
+    from slurmopt.policy.plan import Policy
+
+    cfg = config(
+        tmp_path,
+        backfill_depth=3,
+        compact_wait_share=0.25,
+        reserve_one_leaf=not Policy().reserve_one_leaf,
+        align_ends=not Policy().align_ends,
+        elastic_starts=not Policy().elastic,
+    )
+    policy = Daemon.policy_for(cfg)
+    assert (policy.backfill_depth, policy.compact_wait_share) == (3, 0.25)
+    assert policy.reserve_one_leaf is cfg.reserve_one_leaf
+    assert policy.align_ends is cfg.align_ends and policy.elastic is cfg.elastic_starts
+
+
+def test_advisory_plans_only_pending_managed_gpu_jobs(tmp_path: Path, store: Store) -> None:
+    jobs = [
+        held_job(7),
+        held_job(8, comment="", admin_comment=""),  # someone else's job, not managed
+        held_job(9, gpus=0),  # asks for no GPU
+    ]
+    client = FakeSlurm(two_leaves()[0], jobs)
+    result = _daemon(tmp_path, store, client, enforce=False).cycle()
+    assert result.plan is not None
+    planned = {a.job_id for a in result.plan.actions} | {u.job_id for u in result.plan.unplaced}
+    assert planned == {7}
+
+
+def test_the_status_record_says_the_mode_and_when_the_cycle_ran(
+    tmp_path: Path, store: Store
+) -> None:
+    from slurmopt.daemon.status import decode
+
+    client = FakeSlurm(two_leaves()[0], [])
+    _daemon(tmp_path, store, client).cycle()
+    beat = store.last_beat("daemon")
+    assert beat is not None
+    status = decode(beat.detail)
+    assert status.mode == "enforcing" and status.cycle_at == client.clock
+
+
+def test_disabled_during_the_cycle_is_reported_disabled(tmp_path: Path, store: Store) -> None:
+    client = FakeSlurm(two_leaves()[0], [held_job(7)])
+    daemon = _daemon(tmp_path, store, client)
+    client.during["snapshot"] = lambda: set_switch(store, True, "op@host", client.clock)
+    assert daemon.cycle().mode is Mode.DISABLED
+    assert client.writes_total() == 0
+
+
+def test_a_refused_requeue_is_made_on_the_next_cycle_for_the_run_that_acknowledged(
+    tmp_path: Path, store: Store
+) -> None:
+    from tests.fakes.slurm import refused
+
+    client, daemon = _victim_signalled(tmp_path, store)
+    client.fail("before:requeue", refused)
+    client.clock += 1
+    client.ack(5, 40)
+    client.clock += 1
+    daemon.cycle()
+    assert client.writes(5, "requeue") == 0
+    failed = {"outcome": "failed"}
+    assert daemon.metrics.registry.get_sample_value("slurmopt_preemptions_total", failed) == 1
+    client.clock += 1
+    daemon.cycle()
+    assert client.writes(5, "requeue") == 1
+
+
+def test_a_requeue_that_keeps_the_submit_time_finishes_under_the_same_record(
+    tmp_path: Path, store: Store
+) -> None:
+    client, daemon = _victim_signalled(tmp_path, store)
+    submitted = client.jobs[5].submit_time
+    client.clock += 1
+    client.ack(5, 40)
+    client.clock += 1
+    daemon.cycle()
+    assert client.writes(5, "requeue") == 1
+    client.jobs[5] = dataclasses.replace(client.jobs[5], submit_time=submitted)  # an older Slurm
+    client.clock += 1
+    daemon.cycle()
+    record = store.managed_job(5)
+    assert record is not None and record.state is S.WAITING and record.reason == "preempted"
+    assert [r.outcome for r in _rows(store)] == [REQUEUED]
+
+
+def test_a_registration_the_store_refuses_is_made_on_the_next_cycle(
+    tmp_path: Path, store: Store
+) -> None:
+    from tests.fakes.slurm import refused
+
+    client = FakeSlurm(two_leaves()[0], [held_job(7)])
+    client.attach(store)
+    client.fail("before-record:register", refused)
+    daemon = _daemon(tmp_path, store, client)
+    result = daemon.cycle()
+    assert result.reconciled is not None and result.reconciled.registered == []
+    assert any("not registered" in line for line in result.reconciled.lines)
+    assert store.managed_job(7) is None and client.writes_total() == 0
+    client.clock += 1
+    daemon.cycle()
+    assert client.writes(7, "pin") == 1 and client.writes(7, "release") == 1
+
+
+def test_a_job_slurm_started_elsewhere_is_recorded_where_it_runs(
+    tmp_path: Path, store: Store
+) -> None:
+    client = FakeSlurm(two_leaves()[0], [held_job(7, nodes=2)])
+    client.occupy(["a0", "a1", "a2", "a3", "b0", "b1", "b2"])
+    daemon = _daemon(tmp_path, store, client)
+    daemon.cycle()  # recorded waiting: no room
+    client.release(7)  # an operator releases it; Slurm runs it on b3 and a2
+    client.end(102)
+    client._set(7, required_nodes=("a2", "b3"))
+    client.start(7)
+    client.clock += 1
+    daemon.cycle()
+    record = store.managed_job(7)
+    assert record is not None and record.state is S.RUNNING and record.nodes == "a2,b3"
+
+
+def test_an_unwritable_heartbeat_makes_the_daemon_degraded(tmp_path: Path, store: Store) -> None:
+    client = FakeSlurm(two_leaves()[0], [])
+    daemon = _daemon(tmp_path, store, client, heartbeat_path=str(tmp_path / "no" / "heartbeat"))
+    result = daemon.cycle()
+    client.clock += 1
+    result = daemon.cycle()
+    assert result.mode is Mode.DEGRADED
+    assert any("cannot write heartbeat" in reason for reason in daemon.reasons)
