@@ -123,6 +123,7 @@ class Config:
     preempt_grace_s: float = 120.0
     preempt_restart_s: float = 120.0
     preempt_on_no_ack: str = "keep-running"
+    daemon_user: str = ""
     # The node agent; defaults equal HealthThresholds() and DrainCap() (a unit test checks).
     health_max_temperature_c: int = 85
     health_pcie_min_width: int = 0
@@ -249,6 +250,8 @@ def _coerce(key: str, value: object) -> Any:
         return check_signal(value)
     if key == "preempt_on_no_ack" and value not in ("keep-running", "requeue-anyway"):
         raise ValueError(f"must be keep-running or requeue-anyway, got {value!r}")
+    if key == "daemon_user" and any(c.isspace() or c in ":/" for c in value):
+        raise ValueError(f"must be a user name, got {value!r}")
     if key == "rest_url" and value and not value.startswith(("unix:", "http://", "https://")):
         raise ValueError(f"must start with unix:, http:// or https://, got {value!r}")
     if key in ("db", "heartbeat_path") and not value:

@@ -164,3 +164,13 @@ def test_preflight_refuses_a_heartbeat_directory_others_can_write(tmp_path: Path
     assert stat.S_IMODE(made.stat().st_mode) == 0o755
     os.mkfifo(made / "heartbeat")
     assert "not a regular file" in (prepare_heartbeat_dir(str(made / "heartbeat")) or "")
+
+
+def test_the_daemon_refuses_to_run_as_another_user_than_daemon_user(tmp_path: Path) -> None:
+    import pwd
+
+    from slurmopt.daemon.proof import wrong_user
+
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    assert wrong_user("") is None and wrong_user(me) is None
+    assert "daemon_user is slurm-nobody-here" in (wrong_user("slurm-nobody-here") or "")
