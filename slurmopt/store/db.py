@@ -19,6 +19,7 @@ statements or guarded by unique keys, so they stay atomic there too.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -612,7 +613,7 @@ class Store:
             session.flush()
             rows: list[dict[str, Any]] = []
             for job_id, job_lines in lines.items():
-                if self.change_only and before.get(job_id) == job_lines:
+                if self.change_only and _same_lines(before.get(job_id), job_lines):
                     continue
                 rows.extend({**line, "plan_id": record.id, "at": plan.now} for line in job_lines)
             for job_id in before.keys() - lines.keys():
@@ -668,6 +669,9 @@ class Store:
                 newest = select(PlanRecord).order_by(PlanRecord.id.desc()).limit(1)
                 record = session.scalars(newest).first()
                 assert record is not None  # a row's plan is kept as long as the row
+                session.expunge_all()
+                for line in lines:  # detached: the shift is never written back
+                    line.detail = _shift_relative(line.detail, record.planned_at - line.at)
                 return record, lines
             last_plan = newest_row_plan(before=row_plan)
             if last_plan is None:
@@ -749,6 +753,41 @@ def _line(
         "nodes": fold(nodes) or None,
         "start_time": at,
     }
+
+
+#: A time relative to the plan's ``now`` in a decision's detail (``from now+139 s``).
+_RELATIVE = re.compile(r"now\+(\d+) s")
+#: How many nodes fit a waiting job's shape right now (``...; 3 in partition gpu``).
+_FITTING = re.compile(r"(free GPUs; )\d+ in partition")
+
+
+def _same_lines(before: list[dict[str, Any]] | None, after: list[dict[str, Any]]) -> bool:
+    """Whether a job's lines are unchanged, times relative to each plan's ``now`` aside.
+
+    A reservation's absolute start is compared exactly (``start_time``); only
+    the ``now+N s`` text of the detail moves with the clock, so it alone is
+    ignored, else every waiting job would be rewritten every cycle.
+    """
+    if before is None or len(before) != len(after):
+        return False
+    for old, new in zip(before, after, strict=True):
+        if {**old, "detail": None} != {**new, "detail": None}:
+            return False
+        if _steady(old["detail"]) != _steady(new["detail"]):
+            return False
+    return True
+
+
+def _steady(detail: str) -> str:
+    """``detail`` without the figures that move every cycle while the decision stays."""
+    return _FITTING.sub(r"\1# in partition", _RELATIVE.sub("now+# s", detail))
+
+
+def _shift_relative(detail: str, by_s: float) -> str:
+    """``detail`` written ``by_s`` seconds ago, with its ``now+N s`` counted from now."""
+    if by_s <= 0:
+        return detail
+    return _RELATIVE.sub(lambda m: f"now+{max(0, round(int(m.group(1)) - by_s))} s", detail)
 
 
 def _plan_lines(plan: Plan) -> dict[int, list[dict[str, Any]]]:

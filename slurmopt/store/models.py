@@ -229,7 +229,8 @@ class Decision(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     plan_id: Mapped[int] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), index=True)
-    job_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    #: Indexed with ``plan_id`` (``ix_decisions_job_plan``): a job's newest rows are one seek.
+    job_id: Mapped[int] = mapped_column(BigInteger)
     #: ``start``, ``reservation``, ``unplaced``, or ``gone``: the job left the plan
     #: (its reason is that of its last line).
     kind: Mapped[str] = mapped_column(String(ENUM_LENGTH))

@@ -193,3 +193,41 @@ def test_the_daemon_prunes_after_a_cycle_and_waits_before_the_next(tmp_path: Pat
         assert [s.at for s in store.fragmentation_history()] == [client.clock]
     finally:
         store.close()
+
+
+def test_figures_that_move_with_the_clock_are_not_changes_and_read_back_current(
+    store: Store,
+) -> None:
+    def reserved(now: float, fitting: int) -> Plan:
+        wait = T0 + 600 - now
+        return Plan(
+            (),
+            (Reservation(6, ("gpu002",), T0 + 600, Reason.RESERVED, "held"),),
+            (
+                Unplaced(
+                    6,
+                    Reason.WAITS_FOR_RESERVATION,
+                    f"needs 1 node(s) with 8 free GPUs; {fitting} in partition gpu; "
+                    f"reserved 1 node(s) from now+{wait:.0f} s",
+                    T0 + 600,
+                ),
+            ),
+            now=now,
+        )
+
+    store.record_plan(reserved(T0, 0), T0, 0.0)
+    later = store.record_plan(reserved(T0 + 100, 2), T0 + 100, 0.0)
+    assert _rows(store, Decision) == 2  # nothing but the clock and a count moved
+    found = store.latest_decisions_for(6)
+    assert found is not None and found[0].id == later
+    assert found[1][1].detail.endswith("from now+500 s")  # counted from the newest plan
+    with store.begin() as session:  # the stored row keeps what was written
+        assert session.scalar(select(Decision.detail).where(Decision.kind == "unplaced")).endswith(
+            "now+600 s"
+        )
+    # A moved reservation is a change.
+    moved = Plan(
+        (), (Reservation(6, ("gpu003",), T0 + 600, Reason.RESERVED, "held"),), (), now=T0 + 105
+    )
+    store.record_plan(moved, T0 + 105, 0.0)
+    assert _rows(store, Decision) == 3

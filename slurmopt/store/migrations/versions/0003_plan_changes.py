@@ -1,4 +1,4 @@
-"""Plans stored as changes: the rows each plan wrote, and decisions by job then plan.
+"""Plans stored as changes: the rows each plan wrote; decisions indexed by job then plan.
 
 Revision ID: 0003
 Revises: 0002
@@ -22,11 +22,13 @@ def upgrade() -> None:
     with op.batch_alter_table("plans") as batch:
         batch.add_column(sa.Column("stored_lines", sa.Integer(), nullable=True))
     op.create_index("ix_decisions_job_plan", "decisions", ["job_id", "plan_id"])
+    op.drop_index("ix_decisions_job_id", table_name="decisions")  # the new index covers it
 
 
 def downgrade() -> None:
     # Older code reads each plan as its changed lines only; it has no "left the plan" rows.
     op.execute(sa.text("DELETE FROM decisions WHERE kind = 'gone'"))
+    op.create_index("ix_decisions_job_id", "decisions", ["job_id"])
     op.drop_index("ix_decisions_job_plan", table_name="decisions")
     with op.batch_alter_table("plans") as batch:
         batch.drop_column("stored_lines")
