@@ -22,7 +22,7 @@ plus one managed-job record and transitions per job started in
 baseline's steady state is that of retention alone; with neither (the
 behaviour before), the store grew without bound at ``baseline.bytes_per_day``.
 
-    python benchmarks/store_growth.py            # table, then one JSON object
+    python benchmarks/store_growth.py            # table, then one JSON object (about 2 minutes)
     python benchmarks/store_growth.py --json     # the JSON object only
     python benchmarks/store_growth.py --cycles 12 --nodes 1024 --pending 2500   # quicker
 """
@@ -237,7 +237,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
-    parser.add_argument("--cycles", type=int, default=24, help="cycles measured after warm-up")
+    parser.add_argument("--cycles", type=int, default=100, help="cycles measured after warm-up")
     parser.add_argument(
         "--warmup", type=int, default=3, help="cycles first (the seeded queue starts many at once)"
     )
