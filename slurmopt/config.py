@@ -75,6 +75,9 @@ _SECONDS = (
     "preempt_grace_s",
     "preempt_restart_s",
     "health_interval_s",
+    "retain_plans_s",
+    "retain_samples_s",
+    "retain_finished_jobs_s",
 )
 
 #: Environment variables that override a key, and the key each one sets.
@@ -138,6 +141,10 @@ class Config:
     health_max_drain_nodes: int = 4
     health_interval_s: float = 60.0
     health_xid_wait_ms: int = 100
+    # How long the store keeps history (docs/store.md): plans, samples, ended jobs' records.
+    retain_plans_s: float = 7 * 86400.0
+    retain_samples_s: float = 30 * 86400.0
+    retain_finished_jobs_s: float = 30 * 86400.0
     sources: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False
     )
