@@ -278,9 +278,7 @@ class Daemon:
             self.fence = Fence(LEASE_NAME, self.holder, token, self.lease_ttl_s, self.clock)
             self.store.fence = self.fence
             log.info("holding the enforcer lease (fencing token %d)", token)
-            lease_acquired = getattr(self.metrics, "lease_acquired", None)
-            if lease_acquired is not None:
-                lease_acquired()
+            self.metrics.lease_acquired()
         return True
 
     def _drop_fence(self) -> None:
@@ -394,11 +392,8 @@ class Daemon:
                 result = CycleResult(Mode.STANDBY, error=str(exc))
         self.mode = result.mode
         self.metrics.observe_cycle(result, self.clock())
-        set_mode = getattr(self.metrics, "set_mode", None)
-        set_degraded = getattr(self.metrics, "set_degraded", None)
-        if set_mode is not None and set_degraded is not None:
-            set_mode(str(result.mode))
-            set_degraded(list(self.reasons))
+        self.metrics.set_mode(str(result.mode))
+        self.metrics.set_degraded(list(self.reasons))
         self.prune_store(self.clock())
         notify.watchdog()
         if result.mode is not Mode.UNAVAILABLE and not self.ready_sent:
