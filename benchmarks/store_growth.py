@@ -237,7 +237,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
-    parser.add_argument("--cycles", type=int, default=100, help="cycles measured after warm-up")
+    parser.add_argument(
+        "--cycles",
+        type=int,
+        default=360,
+        help="cycles measured after warm-up (default 360: 30 min, three waiting-line refreshes)",
+    )
     parser.add_argument(
         "--warmup", type=int, default=3, help="cycles first (the seeded queue starts many at once)"
     )

@@ -18,6 +18,7 @@ statements or guarded by unique keys, so they stay atomic there too.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -55,6 +56,9 @@ DEFAULT_URL = "sqlite:////var/lib/slurmopt/slurmopt.db"
 
 #: Environment variable that names the database URL.
 URL_ENV = "SLURMOPT_DB"
+
+#: Seconds between two writes of a waiting job's changed lines (see ``Store.record_plan``).
+WAITING_REWRITE_S = 600.0
 
 #: How long a SQLite connection waits for another writer's lock, in milliseconds.
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -424,6 +428,13 @@ class Store:
         self.change_only = True
         #: The last plan this store wrote and its lines by job, to diff the next one against.
         self._plan_lines: tuple[int, dict[int, list[dict[str, Any]]]] | None = None
+        #: When each job's current lines were written (this process's writes only).
+        self._stored_at: dict[int, float] = {}
+        #: A waiting job whose lines change while it keeps waiting the same way (the same
+        #: kinds of line) is written again at most this often: thousands of queued jobs flip
+        #: between reasons as single nodes fill and free, and reservations shift every cycle.
+        #: A start, or a job that gains or loses a reservation, is written at once.
+        self.waiting_rewrite_s = WAITING_REWRITE_S
 
     @classmethod
     def open(cls, url: str | None = None, *, echo: bool = False, create: bool = True) -> Store:
@@ -612,10 +623,22 @@ class Store:
             session.add(record)
             session.flush()
             rows: list[dict[str, Any]] = []
+            stored: dict[int, list[dict[str, Any]]] = {}
             for job_id, job_lines in lines.items():
-                if self.change_only and _same_lines(before.get(job_id), job_lines):
+                old = before.get(job_id)
+                if self.change_only and old is not None and (
+                    _same_lines(old, job_lines)
+                    or (
+                        _waiting_kinds(old) == _waiting_kinds(job_lines) is not None
+                        and plan.now - self._stored_at.get(job_id, -math.inf)
+                        < self.waiting_rewrite_s
+                    )
+                ):
+                    stored[job_id] = old
                     continue
                 rows.extend({**line, "plan_id": record.id, "at": plan.now} for line in job_lines)
+                stored[job_id] = job_lines
+                self._stored_at[job_id] = plan.now
             for job_id in before.keys() - lines.keys():
                 gone = {**before[job_id][-1], "kind": GONE, "detail": "", "nodes": None}
                 rows.append({**gone, "start_time": None, "plan_id": record.id, "at": plan.now})
@@ -623,7 +646,9 @@ class Store:
             if rows:
                 session.execute(insert(Decision), rows)
             plan_id = record.id
-        self._plan_lines = (plan_id, lines)
+        self._plan_lines = (plan_id, stored)
+        for job_id in self._stored_at.keys() - stored.keys():
+            del self._stored_at[job_id]
         return plan_id
 
     def decisions(self, plan_id: int) -> list[Decision]:
@@ -759,6 +784,12 @@ def _line(
 _RELATIVE = re.compile(r"now\+(\d+) s")
 #: How many nodes fit a waiting job's shape right now (``...; 3 in partition gpu``).
 _FITTING = re.compile(r"(free GPUs; )\d+ in partition")
+
+
+def _waiting_kinds(lines: list[dict[str, Any]]) -> tuple[str, ...] | None:
+    """The kinds of a waiting job's lines (unplaced, reservation), or None if it starts."""
+    kinds = tuple(line["kind"] for line in lines)
+    return None if any(k not in ("unplaced", "reservation") for k in kinds) else kinds
 
 
 def _same_lines(before: list[dict[str, Any]] | None, after: list[dict[str, Any]]) -> bool:

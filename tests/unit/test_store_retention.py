@@ -20,6 +20,7 @@ from slurmopt.store import (
     register_job,
     transition,
 )
+from slurmopt.store.db import WAITING_REWRITE_S
 from slurmopt.store.retention import Retention
 
 T0 = 1_700_000_000.0
@@ -230,3 +231,33 @@ def test_figures_that_move_with_the_clock_are_not_changes_and_read_back_current(
     )
     store.record_plan(moved, T0 + 105, 0.0)
     assert _rows(store, Decision) == 3
+
+
+def test_a_waiting_job_that_keeps_waiting_is_rewritten_at_most_every_ten_minutes(
+    store: Store,
+) -> None:
+    def plan(now: float, reason: Reason, detail: str) -> Plan:
+        return Plan((), (), (Unplaced(1, reason, detail), Unplaced(2, reason, detail)), now=now)
+
+    store.record_plan(plan(T0, Reason.WAITS_FOR_RESOURCES, "needs a node"), T0, 0.0)
+    # The reason flips every cycle, as it does when one node fills and frees: not rewritten.
+    for i in range(1, 10):
+        reason = Reason.RESERVED if i % 2 else Reason.WAITS_FOR_RESOURCES
+        store.record_plan(plan(T0 + 5 * i, reason, f"flip {i}"), T0 + 5 * i, 0.0)
+    assert _rows(store, Decision) == 2
+    # Ten minutes on, the current reason is written once more.
+    later = T0 + WAITING_REWRITE_S + 1
+    store.record_plan(plan(later, Reason.RESERVED, "reserved"), later, 0.0)
+    found = store.latest_decisions_for(1)
+    assert found is not None and found[1][0].reason is Reason.RESERVED
+    assert _rows(store, Decision) == 4
+    # A start, or gaining a reservation, is written at once.
+    now = later + 5
+    gains = Plan(
+        (Start(1, ("gpu001",), Reason.BEST_FIT_NODE),),
+        (Reservation(2, ("gpu002",), now + 60, Reason.WAITS_FOR_RESOURCES),),
+        (Unplaced(2, Reason.WAITS_FOR_RESERVATION, "reserved"),),
+        now=now,
+    )
+    store.record_plan(gains, now, 0.0)
+    assert _rows(store, Decision) == 4 + 3
