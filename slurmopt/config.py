@@ -75,6 +75,9 @@ _SECONDS = (
     "preempt_grace_s",
     "preempt_restart_s",
     "health_interval_s",
+    "retain_plans_s",
+    "retain_samples_s",
+    "retain_finished_jobs_s",
 )
 
 #: Environment variables that override a key, and the key each one sets.
@@ -123,6 +126,7 @@ class Config:
     preempt_grace_s: float = 120.0
     preempt_restart_s: float = 120.0
     preempt_on_no_ack: str = "keep-running"
+    daemon_user: str = ""
     # The node agent; defaults equal HealthThresholds() and DrainCap() (a unit test checks).
     health_max_temperature_c: int = 85
     health_pcie_min_width: int = 0
@@ -137,6 +141,10 @@ class Config:
     health_max_drain_nodes: int = 4
     health_interval_s: float = 60.0
     health_xid_wait_ms: int = 100
+    # How long the store keeps history (docs/store.md): plans, samples, ended jobs' records.
+    retain_plans_s: float = 7 * 86400.0
+    retain_samples_s: float = 30 * 86400.0
+    retain_finished_jobs_s: float = 30 * 86400.0
     sources: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False
     )
@@ -249,6 +257,8 @@ def _coerce(key: str, value: object) -> Any:
         return check_signal(value)
     if key == "preempt_on_no_ack" and value not in ("keep-running", "requeue-anyway"):
         raise ValueError(f"must be keep-running or requeue-anyway, got {value!r}")
+    if key == "daemon_user" and any(c.isspace() or c in ":/" for c in value):
+        raise ValueError(f"must be a user name, got {value!r}")
     if key == "rest_url" and value and not value.startswith(("unix:", "http://", "https://")):
         raise ValueError(f"must start with unix:, http:// or https://, got {value!r}")
     if key in ("db", "heartbeat_path") and not value:

@@ -32,6 +32,8 @@ from prometheus_client import (
     Gauge,
     Histogram,
     Info,
+    PlatformCollector,
+    ProcessCollector,
     start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -39,6 +41,7 @@ from prometheus_client.registry import Collector
 
 from slurmopt import __version__
 from slurmopt.daemon.managed import is_managed
+from slurmopt.daemon.status import MODES
 from slurmopt.errors import SlurmError
 from slurmopt.model import ClusterSnapshot, Node, NodeState
 from slurmopt.policy.fragmentation import FragmentationReport
@@ -47,6 +50,7 @@ from slurmopt.slurm.base import SlurmClient
 
 if TYPE_CHECKING:
     from slurmopt.daemon.loop import CycleResult
+    from slurmopt.health.agent import DrainCap
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +65,9 @@ WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200,
 PLAN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 #: Seconds from asking a job to checkpoint to its acknowledgement.
 CHECKPOINT_ACK_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
+
+#: Most distinct ``reason`` values ``slurmopt_degraded`` shows at once.
+MAX_DEGRADED_REASONS = 8
 
 #: Distinct ``reason`` values the unavailable-nodes gauge shows; the rest add up under "other".
 MAX_NODE_REASONS = 16
@@ -176,10 +183,17 @@ class DaemonMetrics:
     is unknown to this daemon) and is never observed.
     """
 
-    def __init__(self, managed_partitions: Collection[str] = ()) -> None:
+    def __init__(
+        self, managed_partitions: Collection[str] = (), drain_cap: DrainCap | None = None
+    ) -> None:
         self.managed_partitions = tuple(managed_partitions)
+        self.drain_cap = drain_cap
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # Memory, CPU and open files of the daemon's process, and the Python it runs on: the
+        # registry is the daemon's own, so the default registry's collectors are not in it.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
         self.gpus_capacity = Gauge(
             "slurmopt_gpus_capacity", "Every GPU Slurm configures on the nodes.", registry=r
         )
@@ -282,8 +296,41 @@ class DaemonMetrics:
             "Epoch seconds at the end of the last cycle that read Slurm and planned.",
             registry=r,
         )
+        self.mode = Gauge(
+            "slurmopt_mode",
+            "1 for the mode the last cycle ended in, 0 for every other mode.",
+            ["mode"],
+            registry=r,
+        )
+        self.degraded = Gauge(
+            "slurmopt_degraded",
+            "1 per reason enforcement is not proven (no series while it is proven).",
+            ["reason"],
+            registry=r,
+        )
+        self.leases_acquired = Counter(
+            "slurmopt_lease_acquired",
+            "Times this daemon took the enforcer lease (a new fencing token).",
+            registry=r,
+        )
+        self.heartbeat_written_at = Gauge(
+            "slurmopt_heartbeat_last_write_timestamp_seconds",
+            "Epoch seconds of the last heartbeat file this daemon wrote (0: none yet).",
+            registry=r,
+        )
+        self.health_drained = Gauge(
+            "slurmopt_health_drained_nodes",
+            "Nodes drained by slurmopt's node agent (its drain reason), as the snapshot shows.",
+            registry=r,
+        )
+        self.health_drain_cap = Gauge(
+            "slurmopt_health_drain_cap_nodes",
+            "Most nodes the node agent may drain on this cluster (health_max_drain_* keys).",
+            registry=r,
+        )
         self._unavailable_nodes = _UnavailableNodesCollector()
         r.register(self._unavailable_nodes)
+        self.set_mode("starting")
         self.fgd_unusable_share.set(float("nan"))
         self.info.info({"version": __version__, "mode": "starting"})
         for kind in sorted(set(ACTION_KINDS.values())):
@@ -319,6 +366,44 @@ class DaemonMetrics:
                     self.job_wait.labels(managed).observe(wait)
             # Only running jobs are kept: a start never reappears once its job has ended.
             self._seen_starts = set(starts)
+
+        self._observe_drains(snapshot)
+
+    def _observe_drains(self, snapshot: ClusterSnapshot) -> None:
+        """The node agent's drains and their cap, so an alert sees the cap reached."""
+        from slurmopt.health.agent import DrainCap, is_slurmopt_drain
+
+        drained = sum(1 for n in snapshot.nodes.values() if is_slurmopt_drain(n))
+        self.health_drained.set(drained)
+        cap = self.drain_cap or DrainCap()
+        self.health_drain_cap.set(cap.limit(len(snapshot.nodes)))
+
+    def set_mode(self, mode: str) -> None:
+        """The mode the last cycle ended in: its series 1, every other 0."""
+        for known in {*MODES, mode}:
+            self.mode.labels(known).set(1 if known == mode else 0)
+
+    def set_degraded(self, reasons: list[str]) -> None:
+        """Why enforcement is not proven now; an empty list clears every reason.
+
+        Reasons are normalised like node reasons (numbers folded, bounded
+        length) and at most :data:`MAX_DEGRADED_REASONS` are kept, so the
+        label set stays small however the text varies.
+        """
+        self.degraded.clear()
+        kept = sorted({normalise_reason(r, "unknown") for r in reasons})
+        if len(kept) > MAX_DEGRADED_REASONS:
+            kept = [*kept[: MAX_DEGRADED_REASONS - 1], OTHER_REASON]
+        for reason in kept:
+            self.degraded.labels(reason).set(1)
+
+    def lease_acquired(self) -> None:
+        """The daemon took the enforcer lease: many of these in an hour is a flapping lease."""
+        self.leases_acquired.inc()
+
+    def heartbeat_written(self, now: float) -> None:
+        """The heartbeat file was written at ``now``; its age is what the plugin judges."""
+        self.heartbeat_written_at.set(now)
 
     def observe_fragmentation(self, report: FragmentationReport) -> None:
         """GPU counts, fragmentation and the largest job that could start now."""

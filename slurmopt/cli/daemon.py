@@ -81,6 +81,11 @@ def daemon(
     )
     config = wiring.config
     _setup_logging(config.log_level)
+    from slurmopt.daemon.proof import wrong_user
+    from slurmopt.errors import ConfigError
+
+    if (problem := wrong_user(config.daemon_user)) is not None:
+        raise ConfigError(problem)  # before the store is opened, let alone created
     store = wiring.open_store(create=True)  # only the daemon creates the store
     try:
         runner = Daemon(config, _connect(ctx, config), store)

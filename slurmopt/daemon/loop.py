@@ -45,6 +45,8 @@ from enum import StrEnum
 from pathlib import Path
 from types import FrameType
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from slurmopt.config import Config
 from slurmopt.daemon import notify
 from slurmopt.daemon.actuator import ActResult, Actuator
@@ -66,6 +68,7 @@ from slurmopt.daemon.status import DaemonStatus, encode
 from slurmopt.daemon.switch import read_switch
 from slurmopt.errors import SlurmoptError, SlurmResponseError, SlurmUnavailable
 from slurmopt.fabric import Fabric
+from slurmopt.health.agent import DrainCap
 from slurmopt.hostlist import expand
 from slurmopt.metrics import DaemonMetrics
 from slurmopt.model import ClusterSnapshot, Job, JobState
@@ -73,6 +76,7 @@ from slurmopt.policy.fragmentation import fragmentation_report
 from slurmopt.policy.plan import Plan, Policy, plan
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.store import Fence, LeaseLost, ManagedJob, ManagedJobState, Store
+from slurmopt.store.retention import PruneCounts, Retention
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +90,10 @@ BACKOFF_CAP_S = 30.0
 MIN_LEASE_TTL_S = 10.0
 #: A cycle running longer than this gets no watchdog pings (every Slurm call has timed out).
 STUCK_CYCLE_S = 600.0
+#: Seconds between two prunings of the store's history once it is within its retention.
+PRUNE_EVERY_S = 300.0
+#: Most rows one pruning deletes (in transactions of a few thousand rows).
+PRUNE_MAX_ROWS = 20_000
 #: Seconds between reads of the live configuration (``scontrol show config``) while enforcing.
 CONFIG_CHECK_S = 60.0
 
@@ -178,6 +186,13 @@ def promised(snapshot: ClusterSnapshot, records: Mapping[int, ManagedJob]) -> Cl
     return dataclasses.replace(snapshot, nodes=nodes, jobs=jobs)
 
 
+def drain_cap_of(config: Config) -> DrainCap:
+    """The node agent's drain cap from the config, for the daemon's drain gauges."""
+    return DrainCap(
+        max_nodes=config.health_max_drain_nodes, max_share=config.health_max_drain_share
+    )
+
+
 def discover_fabric(config: Config) -> FabricLoader:
     """The fabric loader the daemon uses: ``config.fabric``, else discovered from Slurm."""
 
@@ -222,7 +237,7 @@ class Daemon:
         backoff_cap_s: float = BACKOFF_CAP_S,
         metrics: DaemonMetrics | None = None,
     ) -> None:
-        self.metrics = metrics or DaemonMetrics(config.managed_partitions)
+        self.metrics = metrics or DaemonMetrics(config.managed_partitions, drain_cap_of(config))
         client = self.metrics.instrument(client)  # every Slurm call below is counted
         self.config = config
         self.store = store
@@ -254,6 +269,7 @@ class Daemon:
         self._heartbeat_problem: str | None = None
         self._cycle_started = 0.0
         self._cycle_wall = 0.0
+        self._prune_at = 0.0
         self.reconciler = Reconciler(
             store,
             self.client,
@@ -300,9 +316,7 @@ class Daemon:
             self.fence = Fence(LEASE_NAME, self.holder, token, self.lease_ttl_s, self.clock)
             self.store.fence = self.fence
             log.info("holding the enforcer lease (fencing token %d)", token)
-            lease_acquired = getattr(self.metrics, "lease_acquired", None)
-            if lease_acquired is not None:
-                lease_acquired()
+            self.metrics.lease_acquired()
         return True
 
     def _drop_fence(self) -> None:
@@ -354,6 +368,7 @@ class Daemon:
             self._say("heartbeat", logging.ERROR, self._heartbeat_problem)
             self.stamps.wrote(seq, now, False)
             return
+        self.metrics.heartbeat_written(now)
         if self._heartbeat_problem is not None:
             log.info("heartbeat %s written again", self.config.heartbeat_path)
             self._said.pop("heartbeat", None)
@@ -415,11 +430,9 @@ class Daemon:
                 result = CycleResult(Mode.STANDBY, error=str(exc))
         self.mode = result.mode
         self.metrics.observe_cycle(result, self.clock())
-        set_mode = getattr(self.metrics, "set_mode", None)
-        set_degraded = getattr(self.metrics, "set_degraded", None)
-        if set_mode is not None and set_degraded is not None:
-            set_mode(str(result.mode))
-            set_degraded(list(self.reasons))
+        self.metrics.set_mode(str(result.mode))
+        self.metrics.set_degraded(list(self.reasons))
+        self.prune_store(self.clock())
         notify.watchdog()
         if result.mode is not Mode.UNAVAILABLE and not self.ready_sent:
             self.ready_sent = notify.ready() or True
@@ -552,6 +565,28 @@ class Daemon:
         self.write_heartbeat(result.mode in (Mode.ENFORCING, Mode.DEGRADED), now)
         self._beat(now, result.mode, summary)
         return result
+
+    def prune_store(self, now: float) -> PruneCounts | None:
+        """Drop history past its retention, at most every :data:`PRUNE_EVERY_S`, bounded.
+
+        Only the lease holder (or an advisory daemon) prunes; a call deletes
+        at most :data:`PRUNE_MAX_ROWS` rows in short transactions, and runs
+        again next cycle while old rows remain, so a cycle never waits long.
+        """
+        if self.config.enforce and self.fence is None:
+            return None
+        if now < self._prune_at:
+            return None
+        try:
+            counts = self.store.prune(now, Retention.of(self.config), max_rows=PRUNE_MAX_ROWS)
+        except (SlurmoptError, SQLAlchemyError) as exc:
+            log.error("cannot prune the store: %s", exc)
+            self._prune_at = now + PRUNE_EVERY_S
+            return None
+        self._prune_at = now + (0.0 if counts.more else PRUNE_EVERY_S)
+        if counts.total:
+            log.info("pruned the store: %s", counts.describe())
+        return counts
 
     def _switch_off(self) -> bool:
         return not self.stopping.is_set() and not self._disabled()

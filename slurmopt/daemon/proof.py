@@ -114,6 +114,25 @@ def installed_plugin_problem(
     )
 
 
+def wrong_user(daemon_user: str, uid: int | None = None) -> str | None:
+    """Why this process may not run the daemon (it is not ``daemon_user``), or None."""
+    import pwd
+
+    if not daemon_user:
+        return None
+    uid = os.geteuid() if uid is None else uid
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    if name == daemon_user:
+        return None
+    return (
+        f"slurmopt daemon runs as {name}, but daemon_user is {daemon_user}: run it as "
+        f"{daemon_user} (systemd User={daemon_user}), so the store stays that user's"
+    )
+
+
 def preflight(
     heartbeat_path: str,
     live_config: Mapping[str, str] | None,
@@ -209,5 +228,6 @@ __all__ = [
     "installed_plugin_problem",
     "plugin_configured",
     "preflight",
+    "wrong_user",
     "prepare_heartbeat_dir",
 ]

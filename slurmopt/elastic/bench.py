@@ -1,6 +1,9 @@
 """All-reduce bandwidth benchmark over torch.distributed (NCCL on GPUs, gloo on CPU).
 
-Run under torchrun (the ``nccl-allreduce-bench`` template does).  Rank 0
+Run under torchrun (the ``nccl-allreduce-bench`` template does).  NCCL is
+used only when every rank on every node has a GPU of its own (two ranks on
+one GPU make NCCL stop), gloo on CPU tensors otherwise; the document says
+which and why (``backend``, ``backend_reason``).  Rank 0
 prints one JSON document (and writes it to ``--out`` when given): per
 message size, the mean time and the algorithm and bus bandwidths in GB/s
 as nccl-tests defines them (bus = alg x 2(n-1)/n).  Sizes double from
@@ -239,18 +242,41 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     return args, groups
 
 
+def choose_backend(device_count: int, local_world_size: int) -> tuple[str, str]:
+    """``(backend, why)`` for one node: NCCL only when each local rank gets a GPU of its own.
+
+    NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), so more
+    ranks on a node than GPUs (or no GPU) means gloo on CPU tensors.
+    """
+    if device_count <= 0:
+        return "gloo", "no CUDA device on this node"
+    if local_world_size > device_count:
+        return "gloo", (
+            f"{local_world_size} ranks on a node with {device_count} GPU(s): NCCL needs one "
+            "GPU per rank"
+        )
+    return "nccl", f"one GPU per rank ({local_world_size} ranks, {device_count} GPU(s))"
+
+
 def main(argv: list[str] | None = None) -> int:
     args, groups = parse_args(argv)
     import torch
     import torch.distributed as dist
 
-    use_cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if use_cuda else "gloo")
+    # gloo first, so that every rank can agree on the backend before any GPU is touched.
+    dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    device = torch.device("cuda", local_rank % torch.cuda.device_count()) if use_cuda else None
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    choices: list[Any] = [None] * world
+    dist.all_gather_object(choices, choose_backend(gpus, local_world))
+    backend, backend_why = next((c for c in choices if c[0] == "gloo"), choices[0])
+    use_cuda = backend == "nccl"
+    device = torch.device("cuda", local_rank) if use_cuda else None
     if device is not None:
         torch.cuda.set_device(device)
+    everyone = dist.new_group(backend=backend) if use_cuda else None
 
     def synchronize() -> None:
         if use_cuda:
@@ -258,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def timed(size: int, group: Any = None) -> float:
         """Mean seconds of one all-reduce of ``size`` bytes among ``group``'s ranks."""
+        group = group if group is not None else everyone
         tensor = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
         for _ in range(args.warmup):
             dist.all_reduce(tensor, group=group)
@@ -286,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     planned: list[tuple[Group, list[int], str, Any]] = []
     for group in groups:
         ranks, why = group_ranks(rank_nodes, group)
-        handle = dist.new_group(ranks) if not why else None  # every rank, same order
+        # every rank, same order
+        handle = dist.new_group(ranks, backend=backend) if not why else None
         planned.append((group, ranks, why, handle))
     for group, ranks, why, handle in planned:
         if not why and rank in ranks:
@@ -306,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
                 nodes.setdefault(rank_nodes[r], report)
         doc = {
             "schema_version": SCHEMA_VERSION,
-            "backend": dist.get_backend(),
+            "backend": backend,
+            "backend_reason": backend_why,
             "world_size": world,
             "nproc_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
             "iters": args.iters,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from slurmopt.durations import slurm_duration_s
 from slurmopt.errors import SlurmoptError
 
 #: Time limits users pick, in seconds: 30 min, 1, 2, 4, 8, 12 h, 1, 2, 3, 7, 14, 30 days.
@@ -274,33 +275,6 @@ def _openb(text: str, path: str, tally: _Tally) -> list[_Raw]:
             f"{shares} pods ask for a share of one GPU (gpu_milli < 1000); each counts as 1 GPU"
         )
     return out
-
-
-_SLURM_TIME = re.compile(r"^(?:(?P<d>\d+)-)?(?P<rest>\d+(?::\d+){0,2})$")
-
-
-def slurm_duration_s(text: str) -> int | None:
-    """Slurm's ``[D-]HH:MM:SS`` / ``MM:SS`` / ``MM`` / ``D-HH[:MM]`` in seconds; None: no limit.
-
-    Raises ValueError for anything else.
-    """
-    text = text.strip()
-    if text.upper() in ("", "UNLIMITED", "INFINITE", "PARTITION_LIMIT", "NONE"):
-        return None
-    match = _SLURM_TIME.match(text)
-    if match is None:
-        raise ValueError(f"bad time {text!r}")
-    days = int(match["d"] or 0)
-    parts = [int(p) for p in match["rest"].split(":")]
-    if match["d"] is not None:
-        h, m, s = (parts + [0, 0])[:3]
-    elif len(parts) == 1:
-        h, m, s = 0, parts[0], 0
-    elif len(parts) == 2:
-        h, m, s = 0, parts[0], parts[1]
-    else:
-        h, m, s = parts
-    return days * 86400 + h * 3600 + m * 60 + s
 
 
 def _sacct_time(text: str) -> float | None:

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from slurmopt.durations import slurm_duration_min
 from slurmopt.errors import SlurmResponseError
 from slurmopt.hostlist import HostlistError, expand
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
@@ -519,23 +520,11 @@ def attach_gpu_indices(records: Iterable[NodeRecord], jobs: Iterable[Job]) -> li
 
 
 def _duration_minutes(text: str, source: str, where: str) -> int | None:
-    """Slurm time strings (``UNLIMITED``, ``M``, ``M:S``, ``H:M:S``, ``D-H[:M[:S]]``) -> minutes."""
-    if text.upper() in ("UNLIMITED", "INFINITE", "NONE", ""):
-        return None
-    days, _, rest = text.rpartition("-")
-    parts = rest.split(":")
-    if not days.isdigit() and days != "" or not all(p.isdigit() for p in parts) or len(parts) > 3:
-        raise _fail(source, where, f"bad time {text!r}")
-    nums = [int(p) for p in parts]
-    if days:
-        h, m, s = (nums + [0, 0])[:3]
-    elif len(nums) == 1:
-        h, m, s = 0, nums[0], 0
-    elif len(nums) == 2:
-        h, m, s = 0, nums[0], nums[1]
-    else:
-        h, m, s = nums
-    return int(days or 0) * 1440 + h * 60 + m + (1 if s else 0)
+    """A Slurm time string in minutes (:func:`slurmopt.durations.slurm_duration_min`)."""
+    try:
+        return slurm_duration_min(text)
+    except ValueError as exc:
+        raise _fail(source, where, str(exc)) from None
 
 
 def parse_partitions_text(text: str, source: str = "scontrol show partition -o") -> list[Partition]:

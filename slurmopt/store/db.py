@@ -18,7 +18,9 @@ statements or guarded by unique keys, so they stay atomic there too.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,7 +29,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, delete, event, insert, select, update
+from sqlalchemy import Engine, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -46,12 +48,17 @@ from slurmopt.store.models import (
     ManagedJobState,
     PlanRecord,
 )
+from slurmopt.store.retention import GONE, PruneCounts, Retention
+from slurmopt.store.retention import prune as prune_history
 
 #: The database when neither ``--db`` nor ``SLURMOPT_DB`` names one.
 DEFAULT_URL = "sqlite:////var/lib/slurmopt/slurmopt.db"
 
 #: Environment variable that names the database URL.
 URL_ENV = "SLURMOPT_DB"
+
+#: Seconds between two writes of a waiting job's changed lines (see ``Store.record_plan``).
+WAITING_REWRITE_S = 600.0
 
 #: How long a SQLite connection waits for another writer's lock, in milliseconds.
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -417,6 +424,17 @@ class Store:
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         #: Set by the acting daemon: every transition then checks it (see :class:`Fence`).
         self.fence: Fence | None = None
+        #: Write only the plan lines that changed (False: every line, as before 0003).
+        self.change_only = True
+        #: The last plan this store wrote and its lines by job, to diff the next one against.
+        self._plan_lines: tuple[int, dict[int, list[dict[str, Any]]]] | None = None
+        #: When each job's current lines were written (this process's writes only).
+        self._stored_at: dict[int, float] = {}
+        #: A waiting job whose lines change while it keeps waiting the same way (the same
+        #: kinds of line) is written again at most this often: thousands of queued jobs flip
+        #: between reasons as single nodes fill and free, and reservations shift every cycle.
+        #: A start, or a job that gains or loses a reservation, is written at once.
+        self.waiting_rewrite_s = WAITING_REWRITE_S
 
     @classmethod
     def open(cls, url: str | None = None, *, echo: bool = False, create: bool = True) -> Store:
@@ -574,8 +592,25 @@ class Store:
 
     # -- history ---------------------------------------------------------------------------
     def record_plan(self, plan: Plan, snapshot_taken_at: float, duration_s: float) -> int:
-        """Store one plan and every line of it; returns the plan id."""
+        """Store one plan, writing only the lines that changed since the previous plan.
+
+        A job whose lines equal those it had in the previous stored plan gets
+        no new row (its rows stay current); a job that left the plan gets one
+        ``gone`` row.  A busy cluster's plan mostly repeats itself between two
+        cycles, so this is what keeps the store small.  With
+        :attr:`change_only` off every line is written (the old behaviour,
+        kept for the benchmark's baseline).  Returns the plan id.
+        """
+        lines = _plan_lines(plan)
         with self.begin() as session:
+            previous_id = session.scalar(select(func.max(PlanRecord.id)))
+            cached = self._plan_lines
+            if previous_id is None:
+                before: dict[int, list[dict[str, Any]]] = {}
+            elif cached is not None and cached[0] == previous_id:
+                before = cached[1]
+            else:
+                before = _current_lines(session, previous_id)
             record = PlanRecord(
                 taken_at=snapshot_taken_at,
                 planned_at=plan.now,
@@ -588,24 +623,38 @@ class Store:
             session.add(record)
             session.flush()
             rows: list[dict[str, Any]] = []
-            for action in plan.actions:
-                rows.append(_decision(record.id, plan.now, action.kind, action.job_id, action))
-                rows[-1].update(nodes=fold(action.nodes) or None, start_time=None)
-            for res in plan.reservations:
-                rows.append(_decision(record.id, plan.now, "reservation", res.job_id, res))
-                rows[-1].update(nodes=fold(res.nodes) or None, start_time=res.start_time)
-            for un in plan.unplaced:
-                rows.append(_decision(record.id, plan.now, "unplaced", un.job_id, un))
-                rows[-1].update(nodes=None, start_time=un.expected_start)
+            stored: dict[int, list[dict[str, Any]]] = {}
+            for job_id, job_lines in lines.items():
+                old = before.get(job_id)
+                if self.change_only and old is not None and (
+                    _same_lines(old, job_lines)
+                    or (
+                        _waiting_kinds(old) == _waiting_kinds(job_lines) is not None
+                        and plan.now - self._stored_at.get(job_id, -math.inf)
+                        < self.waiting_rewrite_s
+                    )
+                ):
+                    stored[job_id] = old
+                    continue
+                rows.extend({**line, "plan_id": record.id, "at": plan.now} for line in job_lines)
+                stored[job_id] = job_lines
+                self._stored_at[job_id] = plan.now
+            for job_id in before.keys() - lines.keys():
+                gone = {**before[job_id][-1], "kind": GONE, "detail": "", "nodes": None}
+                rows.append({**gone, "start_time": None, "plan_id": record.id, "at": plan.now})
+            record.stored_lines = len(rows)
             if rows:
                 session.execute(insert(Decision), rows)
-            return record.id
+            plan_id = record.id
+        self._plan_lines = (plan_id, stored)
+        for job_id in self._stored_at.keys() - stored.keys():
+            del self._stored_at[job_id]
+        return plan_id
 
     def decisions(self, plan_id: int) -> list[Decision]:
-        """The lines of one recorded plan, in the order the plan listed them."""
+        """Every line of one recorded plan: lines carried from earlier plans first, then its own."""
         with self.begin() as session:
-            stmt = select(Decision).where(Decision.plan_id == plan_id).order_by(Decision.id)
-            return list(session.scalars(stmt))
+            return _plan_rows(session, plan_id)
 
     def latest_plan(self) -> PlanRecord | None:
         """The newest recorded plan, or None: says whether a job's latest decision is current."""
@@ -618,24 +667,60 @@ class Store:
 
         A job can have two lines in one plan (a reservation and its
         ``WAITS_FOR_RESERVATION``), so every line about it is returned, in plan order.
+        A job's newest rows are current in every later plan until a ``gone``
+        row says it left; then the plan before that one is the newest about it.
         """
         with self.begin() as session:
-            plan_id = session.scalar(
-                select(Decision.plan_id)
-                .where(Decision.job_id == job_id)
-                .order_by(Decision.plan_id.desc())
+
+            def rows_at(plan_id: int) -> list[Decision]:
+                stmt = (
+                    select(Decision)
+                    .where(Decision.plan_id == plan_id, Decision.job_id == job_id)
+                    .order_by(Decision.id)
+                )
+                return list(session.scalars(stmt))
+
+            def newest_row_plan(before: int | None = None) -> int | None:
+                stmt = select(func.max(Decision.plan_id)).where(Decision.job_id == job_id)
+                if before is not None:
+                    stmt = stmt.where(Decision.plan_id < before)
+                return session.scalar(stmt)
+
+            row_plan = newest_row_plan()
+            if row_plan is None:
+                return None
+            lines = rows_at(row_plan)
+            if lines[0].kind != GONE:
+                newest = select(PlanRecord).order_by(PlanRecord.id.desc()).limit(1)
+                record = session.scalars(newest).first()
+                assert record is not None  # a row's plan is kept as long as the row
+                session.expunge_all()
+                for line in lines:  # detached: the shift is never written back
+                    line.detail = _shift_relative(line.detail, record.planned_at - line.at)
+                return record, lines
+            last_plan = newest_row_plan(before=row_plan)
+            if last_plan is None:
+                return None
+            last_about = (
+                select(PlanRecord)
+                .where(PlanRecord.id < row_plan)
+                .order_by(PlanRecord.id.desc())
                 .limit(1)
             )
-            if plan_id is None:
-                return None
-            record = session.get(PlanRecord, plan_id)
-            assert record is not None  # decisions are deleted with their plan
-            stmt = (
-                select(Decision)
-                .where(Decision.plan_id == plan_id, Decision.job_id == job_id)
-                .order_by(Decision.id)
-            )
-            return record, list(session.scalars(stmt))
+            record = session.scalars(last_about).first() or session.get(PlanRecord, last_plan)
+            assert record is not None
+            return record, rows_at(last_plan)
+
+    def prune(
+        self, now: float, retention: Retention | None = None, max_rows: int = 20_000
+    ) -> PruneCounts:
+        """Delete plans, samples and ended jobs' records past ``retention`` at ``now``.
+
+        At most ``max_rows`` rows, in short transactions; ``more`` in the
+        result says rows past retention are left for the next call.  Live
+        managed jobs and every row a kept plan still reads are never deleted.
+        """
+        return prune_history(self.begin, now, retention or Retention(), max_rows)
 
     def managed_job(self, job_id: int) -> ManagedJob | None:
         """The current record of a managed job, or None if slurmopt does not manage it."""
@@ -682,15 +767,113 @@ class Store:
             return list(session.scalars(stmt))
 
 
-def _decision(plan_id: int, at: float, kind: str, job_id: int, line: Any) -> dict[str, Any]:
+def _line(
+    kind: str, job_id: int, line: Any, nodes: Sequence[str], at: float | None
+) -> dict[str, Any]:
     return {
-        "plan_id": plan_id,
         "job_id": job_id,
         "kind": kind,
         "reason": line.reason,
         "detail": line.detail,
-        "at": at,
+        "nodes": fold(nodes) or None,
+        "start_time": at,
     }
+
+
+#: A time relative to the plan's ``now`` in a decision's detail (``from now+139 s``).
+_RELATIVE = re.compile(r"now\+(\d+) s")
+#: How many nodes fit a waiting job's shape right now (``...; 3 in partition gpu``).
+_FITTING = re.compile(r"(free GPUs; )\d+ in partition")
+
+
+def _waiting_kinds(lines: list[dict[str, Any]]) -> tuple[str, ...] | None:
+    """The kinds of a waiting job's lines (unplaced, reservation), or None if it starts."""
+    kinds = tuple(line["kind"] for line in lines)
+    return None if any(k not in ("unplaced", "reservation") for k in kinds) else kinds
+
+
+def _same_lines(before: list[dict[str, Any]] | None, after: list[dict[str, Any]]) -> bool:
+    """Whether a job's lines are unchanged, times relative to each plan's ``now`` aside.
+
+    A reservation's absolute start is compared exactly (``start_time``); only
+    the ``now+N s`` text of the detail moves with the clock, so it alone is
+    ignored, else every waiting job would be rewritten every cycle.
+    """
+    if before is None or len(before) != len(after):
+        return False
+    for old, new in zip(before, after, strict=True):
+        if {**old, "detail": None} != {**new, "detail": None}:
+            return False
+        if _steady(old["detail"]) != _steady(new["detail"]):
+            return False
+    return True
+
+
+def _steady(detail: str) -> str:
+    """``detail`` without the figures that move every cycle while the decision stays."""
+    return _FITTING.sub(r"\1# in partition", _RELATIVE.sub("now+# s", detail))
+
+
+def _shift_relative(detail: str, by_s: float) -> str:
+    """``detail`` written ``by_s`` seconds ago, with its ``now+N s`` counted from now."""
+    if by_s <= 0:
+        return detail
+    return _RELATIVE.sub(lambda m: f"now+{max(0, round(int(m.group(1)) - by_s))} s", detail)
+
+
+def _plan_lines(plan: Plan) -> dict[int, list[dict[str, Any]]]:
+    """A plan's lines by job, in plan order, as the columns a decision row stores."""
+    lines: dict[int, list[dict[str, Any]]] = {}
+    for action in plan.actions:
+        lines.setdefault(action.job_id, []).append(
+            _line(action.kind, action.job_id, action, action.nodes, None)
+        )
+    for res in plan.reservations:
+        lines.setdefault(res.job_id, []).append(
+            _line("reservation", res.job_id, res, res.nodes, res.start_time)
+        )
+    for un in plan.unplaced:
+        lines.setdefault(un.job_id, []).append(
+            _line("unplaced", un.job_id, un, (), un.expected_start)
+        )
+    return lines
+
+
+def _plan_rows(session: Session, plan_id: int) -> list[Decision]:
+    """The rows that make up plan ``plan_id``: each job's newest rows at or before it."""
+    newest = (
+        select(Decision.job_id, func.max(Decision.plan_id).label("plan_id"))
+        .where(Decision.plan_id <= plan_id)
+        .group_by(Decision.job_id)
+        .subquery()
+    )
+    stmt = (
+        select(Decision)
+        .join(
+            newest,
+            (Decision.job_id == newest.c.job_id) & (Decision.plan_id == newest.c.plan_id),
+        )
+        .where(Decision.kind != GONE)
+        .order_by(Decision.id)
+    )
+    return list(session.scalars(stmt))
+
+
+def _current_lines(session: Session, plan_id: int) -> dict[int, list[dict[str, Any]]]:
+    """Plan ``plan_id``'s lines by job, read back from the store (after a restart)."""
+    lines: dict[int, list[dict[str, Any]]] = {}
+    for row in _plan_rows(session, plan_id):
+        lines.setdefault(row.job_id, []).append(
+            {
+                "job_id": row.job_id,
+                "kind": row.kind,
+                "reason": row.reason,
+                "detail": row.detail,
+                "nodes": row.nodes,
+                "start_time": row.start_time,
+            }
+        )
+    return lines
 
 
 __all__ = [

@@ -197,7 +197,12 @@ class JobTransition(Base):
 
 
 class PlanRecord(Base):
-    """One planning pass: when its snapshot was taken, how long it took, what it decided."""
+    """One planning pass: when its snapshot was taken, how long it took, what it decided.
+
+    Its lines are stored as changes: a job's lines are written when they
+    differ from the previous plan's, so a plan's full content is, for each
+    job, its newest rows at or before the plan (``gone``: not in it).
+    """
 
     __tablename__ = "plans"
 
@@ -211,17 +216,23 @@ class PlanRecord(Base):
     reservations: Mapped[int] = mapped_column(Integer)
     unplaced: Mapped[int] = mapped_column(Integer)
     schema_version: Mapped[int] = mapped_column(Integer)
+    #: Decision rows written for this plan: only the jobs whose lines changed since the
+    #: previous plan, and a ``gone`` row per job that left it (None: written before 0003).
+    stored_lines: Mapped[int | None] = mapped_column(Integer)
 
 
 class Decision(Base):
     """One line of a plan: a start, a reservation or an unplaced job, with its reason."""
 
     __tablename__ = "decisions"
+    __table_args__ = (Index("ix_decisions_job_plan", "job_id", "plan_id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     plan_id: Mapped[int] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), index=True)
-    job_id: Mapped[int] = mapped_column(BigInteger, index=True)
-    #: ``start``, ``reservation`` or ``unplaced``.
+    #: Indexed with ``plan_id`` (``ix_decisions_job_plan``): a job's newest rows are one seek.
+    job_id: Mapped[int] = mapped_column(BigInteger)
+    #: ``start``, ``reservation``, ``unplaced``, or ``gone``: the job left the plan
+    #: (its reason is that of its last line).
     kind: Mapped[str] = mapped_column(String(ENUM_LENGTH))
     reason: Mapped[Reason]
     detail: Mapped[str] = mapped_column(default="")

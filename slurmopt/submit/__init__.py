@@ -17,6 +17,7 @@ that starts with ``#SLURM`` as a misspelt ``#SBATCH``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -65,6 +66,10 @@ class SubmitRequest:
     nodes: str | None = None
     gres: str | None = None
     gpus_per_node: str | None = None
+    gpus: str | None = None
+    gpus_per_task: str | None = None
+    ntasks: str | None = None
+    ntasks_per_node: str | None = None
     time: str | None = None
     job_name: str | None = None
     comment: str | None = None
@@ -117,6 +122,76 @@ def template_of(parsed: ParsedArgs) -> str | None:
     return names[-1] if names else None
 
 
+_GPU_COUNT = re.compile(r"(?:[A-Za-z0-9_.-]+:)?(\d+)")
+
+
+def _gpu_count(text: str, option: str) -> int:
+    """``N`` or ``TYPE:N`` (``--gpus-per-node=a100:4``) as a count; UsageError otherwise."""
+    match = _GPU_COUNT.fullmatch(text.strip())
+    if not match:
+        raise UsageError(f"{option}={text}: expected a GPU count, optionally typed (a100:4)")
+    return int(match[1])
+
+
+def _gres_gpus(text: str) -> int | None:
+    """GPUs per node in a ``--gres`` list (``gpu:4``, ``gpu:a100:4``, ``gpu``); None if none."""
+    total = None
+    for entry in text.split(","):
+        parts = entry.strip().split(":")
+        if parts[0].removeprefix("gres/") != "gpu":
+            continue
+        count = parts[-1] if len(parts) > 1 else "1"
+        if not count.isdigit():
+            count = "1" if len(parts) == 2 else count  # gpu:a100 means one GPU of that type
+        if not count.isdigit():
+            raise UsageError(f"--gres={text}: cannot read the GPU count of {entry.strip()!r}")
+        total = (total or 0) + int(count)
+    return total
+
+
+def gpus_per_node(request: SubmitRequest) -> int | None:
+    """GPUs per node however sbatch was told: the templates' process count per node.
+
+    Read from ``--gpus-per-node``, ``--gres=gpu[:type]:N``, ``--gpus/-G`` with
+    ``-N`` (an even share of the total), or ``--gpus-per-task`` with
+    ``--ntasks-per-node`` (or ``--ntasks`` over ``-N``).  Two spellings that
+    give different counts are a UsageError naming both; None when no GPU is
+    asked for.
+    """
+    nodes = _count(request.nodes, 1)
+    found: list[tuple[str, int]] = []
+    if request.gpus_per_node:
+        found.append(
+            ("--gpus-per-node", _gpu_count(request.gpus_per_node, "--gpus-per-node"))
+        )
+    if request.gres:
+        gres = _gres_gpus(request.gres)
+        if gres is not None:
+            found.append(("--gres", gres))
+    if request.gpus:
+        total = _gpu_count(request.gpus, "--gpus")
+        if total % nodes:
+            raise UsageError(
+                f"--gpus={request.gpus} over {nodes} nodes is no whole number per node: "
+                "give --gpus-per-node"
+            )
+        found.append(("--gpus", total // nodes))
+    if request.gpus_per_task:
+        per_task = _gpu_count(request.gpus_per_task, "--gpus-per-task")
+        if request.ntasks_per_node:
+            tasks = _count(request.ntasks_per_node, 1)
+        elif request.ntasks and _count(request.ntasks, 1) % nodes == 0:
+            tasks = _count(request.ntasks, 1) // nodes
+        else:
+            tasks = 1
+        found.append(("--gpus-per-task", per_task * tasks))
+    counts = {count for _, count in found}
+    if len(counts) > 1:
+        said = ", ".join(f"{name} gives {count}" for name, count in found)
+        raise UsageError(f"GPUs per node disagree: {said}")
+    return found[0][1] if found else None
+
+
 def _count(text: str | None, default: int) -> int:
     """The first number in an sbatch count (``"2"``, ``"1-4"``, ``"gpu:4"``), or ``default``."""
     if not text:
@@ -148,7 +223,7 @@ def _templated(
         program_args=program_args,
         min_nodes=low,
         max_nodes=high,
-        nproc_per_node=_count(request.gpus_per_node, 1),
+        nproc_per_node=gpus_per_node(request) or 1,
         signal=signal,
     )
     text = render(tag.template, values)
@@ -266,6 +341,10 @@ _FIELDS = {
     "nodes": "nodes",
     "gres": "gres",
     "gpus-per-node": "gpus_per_node",
+    "gpus": "gpus",
+    "gpus-per-task": "gpus_per_task",
+    "ntasks": "ntasks",
+    "ntasks-per-node": "ntasks_per_node",
     "time": "time",
     "job-name": "job_name",
     "comment": "comment",
@@ -294,6 +373,10 @@ def _merge(options: Sequence[Option], tag: JobTag, parsed: ParsedArgs) -> Submit
         nodes=values.get("nodes"),
         gres=values.get("gres"),
         gpus_per_node=values.get("gpus_per_node"),
+        gpus=values.get("gpus"),
+        gpus_per_task=values.get("gpus_per_task"),
+        ntasks=values.get("ntasks"),
+        ntasks_per_node=values.get("ntasks_per_node"),
         time=values.get("time"),
         job_name=values.get("job_name"),
         comment=values.get("comment"),

@@ -164,3 +164,24 @@ def test_benchmark_under_torchrun_writes_groups_and_node_map(tmp_path: Path) -> 
         "error": "not in this job: gpu099",
     }
     assert doc["node_gpus"] == {}
+
+
+@pytest.mark.parametrize(
+    ("gpus", "local_ranks", "backend"),
+    [
+        (0, 1, "gloo"),
+        (0, 2, "gloo"),
+        (1, 1, "nccl"),
+        (1, 2, "gloo"),  # two ranks on one GPU: NCCL would stop with "Duplicate GPU"
+        (8, 2, "nccl"),
+        (8, 8, "nccl"),
+        (8, 9, "gloo"),
+    ],
+)
+def test_backend_is_nccl_only_with_a_gpu_per_rank(
+    gpus: int, local_ranks: int, backend: str
+) -> None:
+    from slurmopt.elastic.bench import choose_backend
+
+    chosen, why = choose_backend(gpus, local_ranks)
+    assert chosen == backend and why

@@ -298,6 +298,8 @@ def test_daemon_once_with_slurm_down_exits_69(
     from slurmopt.cli import main
 
     monkeypatch.setattr(daemon_cli, "_connect", lambda _ctx, _cfg: client)
+    # No site's slurm.conf (and so no installed plugin reading another heartbeat) in sight.
+    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurmopt-unit-test/slurm.conf")
     db = f"sqlite:///{tmp_path / 'd.db'}"
     with pytest.raises(SystemExit) as exc:
         main(["daemon", "--config", str(_cli_config(tmp_path)), "--db", db, "--once", "--enforce"])

@@ -10,10 +10,15 @@ from slurmopt.config import Config
 from slurmopt.fabric import Fabric
 from slurmopt.model import Job, JobState, Node, NodeState
 from slurmopt.store import Store
-from tests.fakes.slurm import NOW
+from tests.fakes.slurm import NOW, FakeCrash, FakeSlurm
 
 SUBMIT = NOW - 100
 TAG = "slurmopt:managed"
+
+#: Old names of the shared fake, for tests written before tests/fakes/slurm.py: import
+#: FakeSlurm and FakeCrash from there.
+FakeSlurmClient = FakeSlurm
+__all__ = ["FakeCrash", "FakeSlurmClient"]
 
 
 def node(name: str, alloc: int = 0) -> Node:

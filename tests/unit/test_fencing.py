@@ -185,3 +185,13 @@ def test_the_test_hook_is_inert_unless_set_and_fires_once_at_its_point(
     assert sent == [(os.getpid(), signal.SIGSTOP)] and fake.writes(7, "pin") == 6
     client.pin(7, ["a2"])  # once per process
     assert len(sent) == 1
+
+
+def test_the_daemon_refuses_to_run_as_another_user_than_daemon_user(tmp_path: Path) -> None:
+    import pwd
+
+    from slurmopt.daemon.proof import wrong_user
+
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    assert wrong_user("") is None and wrong_user(me) is None
+    assert "daemon_user is slurm-nobody-here" in (wrong_user("slurm-nobody-here") or "")

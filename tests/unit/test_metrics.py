@@ -115,6 +115,22 @@ EXPORTED = {
     "slurmopt_checkpoint_ack_seconds",
     "slurmopt_daemon",
     "slurmopt_last_successful_cycle_timestamp_seconds",
+    "slurmopt_mode",
+    "slurmopt_degraded",
+    "slurmopt_lease_acquired",
+    "slurmopt_heartbeat_last_write_timestamp_seconds",
+    "slurmopt_health_drained_nodes",
+    "slurmopt_health_drain_cap_nodes",
+}
+#: The daemon's process and Python runtime, from prometheus_client's own collectors.
+PROCESS = {
+    "process_cpu_seconds",
+    "process_open_fds",
+    "process_max_fds",
+    "process_virtual_memory_bytes",
+    "process_resident_memory_bytes",
+    "process_start_time_seconds",
+    "python_info",
 }
 
 
@@ -336,8 +352,11 @@ def test_names_follow_prometheus_rules_and_the_exposition_parses(metrics: Daemon
     metrics.observe_fragmentation(fragmentation_report(_snapshot(*BASE_JOBS), FABRIC))
     text = generate_openmetrics(metrics.registry).decode()
     families = list(text_string_to_metric_families(text))  # strict parser: raises on bad text
-    assert {f.name for f in families} == EXPORTED
+    assert {f.name for f in families} - PROCESS == EXPORTED
+    assert PROCESS <= {f.name for f in families}
     for family in families:
+        if family.name in PROCESS:
+            continue
         assert family.name.startswith("slurmopt_"), family.name
         assert METRIC_NAME_RE.match(family.name), family.name
         if family.type == "counter":
@@ -384,3 +403,48 @@ def test_cli_runs_on_without_metrics_when_the_port_is_taken(
         with caplog.at_level(logging.ERROR):
             assert daemon_cli._serve_metrics(metrics, port, "127.0.0.1") is None
     assert f"cannot serve metrics on 127.0.0.1:{port}" in caplog.text
+
+
+def test_mode_degraded_lease_and_heartbeat_setters(metrics: DaemonMetrics) -> None:
+    assert _value(metrics, "slurmopt_mode", mode="starting") == 1
+    metrics.set_mode("enforcing")
+    assert _value(metrics, "slurmopt_mode", mode="enforcing") == 1
+    assert _value(metrics, "slurmopt_mode", mode="starting") == 0
+    metrics.set_degraded(["no job_submit plugin in JobSubmitPlugins", "jobs 12 and 13 unstamped"])
+    assert _value(metrics, "slurmopt_degraded", reason="jobs_#_and_#_unstamped") is None
+    reasons = {
+        s.labels["reason"]
+        for f in metrics.registry.collect()
+        if f.name == "slurmopt_degraded"
+        for s in f.samples
+    }
+    assert len(reasons) == 2 and "no_job_submit_plugin_in_jobsubmitplugins" in reasons
+    metrics.set_degraded([f"reason {chr(97 + i)}" for i in range(20)])
+    assert (
+        sum(
+            1
+            for f in metrics.registry.collect()
+            if f.name == "slurmopt_degraded"
+            for _ in f.samples
+        )
+        == 8
+    )  # bounded: the rest under "other"
+    metrics.set_degraded([])
+    assert not [
+        s for f in metrics.registry.collect() if f.name == "slurmopt_degraded" for s in f.samples
+    ]
+    metrics.lease_acquired()
+    metrics.lease_acquired()
+    assert _value(metrics, "slurmopt_lease_acquired_total") == 2
+    metrics.heartbeat_written(NOW)
+    assert _value(metrics, "slurmopt_heartbeat_last_write_timestamp_seconds") == NOW
+
+
+def test_drains_and_their_cap_come_from_the_snapshot() -> None:
+    from slurmopt.health.agent import DrainCap
+
+    metrics = DaemonMetrics(drain_cap=DrainCap(max_nodes=1, max_share=0.5))
+    metrics.observe_snapshot(_snapshot(*BASE_JOBS))
+    assert _value(metrics, "slurmopt_health_drain_cap_nodes") == 1
+    # b0 is drained with slurmopt's reason; b1 is down for another reason and does not count.
+    assert _value(metrics, "slurmopt_health_drained_nodes") == 1

@@ -1,11 +1,8 @@
-"""Smoke test of ``benchmarks/policies.py`` on the tiny trace fixtures (never the real traces)."""
+"""Smoke test of ``benchmarks.policies`` on the tiny trace fixtures (never the real traces)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -13,18 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "traces"
 
 
-def _load_benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "policies_benchmark", ROOT / "benchmarks" / "policies.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_benchmark()
+import benchmarks.policies as bench  # noqa: E402 - after the fixture paths
 
 
 def test_cluster_rule_holds_four_copies_of_the_largest_job_on_whole_leaves() -> None:
@@ -66,7 +52,7 @@ def test_replay_compare_and_render_on_a_fixture() -> None:
         {
             "date": "2000-01-01",
             "machine": "test, nproc 1",
-            "command": "python benchmarks/policies.py",
+            "command": "python -m benchmarks.policies",
             "wall_s": 1.0,
             "traces": [
                 {
@@ -92,7 +78,7 @@ def test_replay_compare_and_render_on_a_fixture() -> None:
         }
     )
     assert "| tiny | 0.01 |" in text
-    assert "python benchmarks/policies.py" in text
+    assert "python -m benchmarks.policies" in text
     levers = bench.lever_rows(rows)
     assert [r["policy"] for r in levers] == ["slurmopt", "slurmopt:runtime=oracle"]
     assert "| tiny | 0.01 | 1 | `slurmopt:runtime=oracle` |" in text

@@ -149,3 +149,40 @@ def test_the_template_traps_the_sites_preemption_signal(template: str) -> None:
     text = build_submission(args, signal="TERM").script_text or ""
     assert "#SBATCH --signal=B:TERM@" in text and "trap request_checkpoint TERM" in text
     assert "USR2" not in text
+
+
+@pytest.mark.parametrize(
+    "gpus",
+    [
+        ["--gpus-per-node=4"],
+        ["--gpus-per-node", "a100:4"],
+        ["--gres=gpu:4"],
+        ["--gres=gpu:a100:4"],
+        ["--gres", "gpu:2,gpu:a100:2"],
+        ["--gres=shard:1,gpu:4"],
+        ["-G", "8"],  # with -N 2 below
+        ["--gpus=a100:8"],
+        ["--gpus-per-task=1", "--ntasks-per-node=4"],
+        ["--gpus-per-task=2", "--ntasks=4"],
+        ["--gres=gpu:4", "--gpus-per-node=4"],  # two spellings that agree
+    ],
+)
+def test_every_way_to_ask_for_gpus_reaches_the_process_count(gpus: list[str]) -> None:
+    args = ["-N", "2", *gpus, "--template", "elastic-torchrun", "train.py"]
+    text = build_submission(args).script_text or ""
+    assert "--nproc-per-node=4 " in text or "--nproc-per-node=4\n" in text, text
+
+
+@pytest.mark.parametrize(
+    ("gpus", "message"),
+    [
+        (["--gres=gpu:2", "--gpus-per-node=4"], "--gpus-per-node gives 4, --gres gives 2"),
+        (["-G", "3"], "no whole number per node"),
+        (["--gpus-per-node=lots"], "expected a GPU count"),
+    ],
+)
+def test_gpu_counts_that_cannot_be_read_or_disagree_are_refused(
+    gpus: list[str], message: str
+) -> None:
+    with pytest.raises(UsageError, match=message):
+        build_submission(["-N", "2", *gpus, "--template", "elastic-torchrun", "train.py"])

@@ -1,0 +1,1 @@
+"""Speed, memory and policy benchmarks: tables and JSON, ratios against a baseline run alongside."""
