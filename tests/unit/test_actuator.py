@@ -56,6 +56,8 @@ def test_pin_is_recorded_before_slurm_is_called_then_released(tmp_path: Path, st
     seen = _watch_records(client, store)
     _daemon(tmp_path, store, client).cycle()
     assert seen == [("pin", ManagedJobState.PINNED), ("release", ManagedJobState.PINNED)]
+    assert client.writes(7, "pin") == 1 and client.writes(7, "release") == 1
+    assert client.writes_total() == 2
     pin = [c for c in client.calls if c[0] == "pin"][0]
     assert pin[2] in (("a0", "a1", "a2"), ("b0", "b1", "b2"))  # one leaf
     with store.begin() as session:
@@ -69,7 +71,7 @@ def test_two_gpu_job_goes_onto_the_partly_used_node(tmp_path: Path, store: Store
     nodes += [node(f"b{i}") for i in range(4)]
     client = FakeSlurm(nodes, [held_job(7, gpus=2)])
     _daemon(tmp_path, store, client).cycle()
-    assert ("pin", 7, ("a1",)) in client.calls
+    assert client.calls == [("pin", 7, ("a1",)), ("release", 7)]
 
 
 def test_job_no_longer_held_in_the_snapshot_is_not_touched(tmp_path: Path, store: Store) -> None:

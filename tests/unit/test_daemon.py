@@ -69,7 +69,8 @@ def test_enforcing_daemon_acts_and_says_so_in_the_heartbeat(tmp_path: Path, stor
     client = FakeSlurm(two_leaves()[0], [held_job(7)])
     result = _daemon(tmp_path, store, client).cycle()
     assert result.mode is Mode.ENFORCING
-    assert client.count("pin", 7) == 1 and client.count("release", 7) == 1
+    assert client.writes(7, "pin") == 1 and client.writes(7, "release") == 1
+    assert client.writes_total() == 2
     assert _heartbeat(tmp_path, client) is True
     beat = store.last_beat(BEAT_NAME)
     assert beat is not None
