@@ -429,3 +429,63 @@ def test_an_unwritable_heartbeat_makes_the_daemon_degraded(tmp_path: Path, store
     result = daemon.cycle()
     assert result.mode is Mode.DEGRADED
     assert any("cannot write heartbeat" in reason for reason in daemon.reasons)
+
+
+def test_every_decision_is_logged_with_its_nodes(
+    tmp_path: Path, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = FakeSlurm(two_leaves()[0], [held_job(7)])
+    with caplog.at_level("INFO", logger="slurmopt.daemon.loop"):
+        _daemon(tmp_path, store, client).cycle()
+    assert "plan (enforcing): job 7: start on a0 [" in caplog.text
+
+
+def test_a_refused_hand_back_says_why(tmp_path: Path, store: Store) -> None:
+    from tests.fakes.slurm import refused
+
+    client = FakeSlurm(two_leaves()[0], [held_job(7, het_job_id=7)])
+    client.fail("before:release", refused, job_id=7)
+    result = _daemon(tmp_path, store, client).cycle()
+    assert result.acted is not None and "fake refusal" in result.acted.failed[7]
+    assert client.writes_total() == 0
+
+
+def test_only_gpu_jobs_that_are_not_heterogeneous_must_carry_the_plugins_stamp() -> None:
+    from slurmopt.daemon.proof import STAMP_GRACE_S, StampWatch
+    from slurmopt.model import ClusterSnapshot, Job
+
+    watch = StampWatch()
+    watch.wrote(1, 100.0, True)
+    submitted = 100.0 + STAMP_GRACE_S + 1
+
+    def verdict(job: Job) -> str | None:
+        return watch.check(ClusterSnapshot.build(200.0, [], [job], []), ["gpu"])
+
+    unstamped = held_job(7, admin_comment="", submit_time=submitted)
+    assert verdict(unstamped) is not None
+    assert verdict(held_job(8, gpus=0, admin_comment="", submit_time=submitted)) is None
+    assert verdict(held_job(9, het_job_id=9, admin_comment="", submit_time=submitted)) is None
+
+
+def test_a_plain_text_status_from_an_older_daemon_keeps_its_mode() -> None:
+    from slurmopt.daemon.status import decode
+
+    assert decode("enforcing: 1 starts planned").mode == "enforcing"
+    assert decode("what is this").mode == "unknown"
+
+
+def test_preflight_refuses_a_plugin_that_reads_another_heartbeat(tmp_path: Path) -> None:
+    from slurmopt.daemon.proof import preflight
+    from slurmopt.errors import ConfigError
+    from slurmopt.plugin import read_source, render_plugin
+
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "slurm.conf").write_text("ClusterName=t\n")
+    env = {"SLURM_CONF": str(etc / "slurm.conf")}
+    heartbeat = str(tmp_path / "run" / "heartbeat")
+    (etc / "job_submit.lua").write_text(render_plugin(read_source(), "/elsewhere/hb", 30))
+    with pytest.raises(ConfigError, match="reads heartbeat /elsewhere/hb"):
+        preflight(heartbeat, None, env=env)
+    (etc / "job_submit.lua").write_text(render_plugin(read_source(), heartbeat, 30))
+    preflight(heartbeat, None, env=env)
