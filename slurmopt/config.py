@@ -68,6 +68,12 @@ _HEALTH_INTS: Mapping[str, int] = MappingProxyType(
 _HEALTH_XID_LISTS = ("health_xid_drain", "health_xid_degraded")
 _HEALTH_FLOATS = ("health_max_drain_share", "health_interval_s")
 HEALTH_KEYS = (*_HEALTH_INTS, *_HEALTH_XID_LISTS, *_HEALTH_FLOATS)
+#: The largest ``heartbeat_max_age_s``: past it the plugin would hold jobs for a dead daemon.
+HEARTBEAT_MAX_AGE_LIMIT_S = 3600.0
+
+#: What a partition name cannot contain (Slurm separates partitions and keys with these).
+_BAD_PARTITION_CHARS = re.compile(r"[,=\s]")
+
 _SECONDS = (
     "interval_s",
     "heartbeat_max_age_s",
@@ -211,6 +217,9 @@ def _coerce(key: str, value: object) -> Any:
         number = _real(value, "a number of seconds", "must be a positive number of seconds")
         if number <= 0:
             raise ValueError(f"must be a positive number of seconds, got {value!r}")
+        if key == "heartbeat_max_age_s" and number > HEARTBEAT_MAX_AGE_LIMIT_S:
+            # until the heartbeat is this old the plugin holds jobs for a daemon that may be dead
+            raise ValueError(f"must be at most {HEARTBEAT_MAX_AGE_LIMIT_S:g} s, got {value!r}")
         return number
     if key in _HEALTH_INTS:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -244,6 +253,12 @@ def _coerce(key: str, value: object) -> Any:
             raise ValueError(f"expected an array of partition names, got {_describe(value)}")
         if any(not p.strip() for p in value):
             raise ValueError("partition names must not be empty")
+        bad = next((p for p in value if _BAD_PARTITION_CHARS.search(p)), None)
+        if bad is not None:  # Slurm joins partition lists with commas: "a,b" would be two
+            raise ValueError(
+                f"partition name {bad!r} contains a comma, '=' or whitespace; "
+                "list each partition as its own string"
+            )
         return tuple(value)
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {_describe(value)}")
@@ -346,6 +361,8 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"{where}: invalid TOML: {message}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: not UTF-8 text ({exc.reason})") from exc
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from exc
     keys = set(config_keys())

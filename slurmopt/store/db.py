@@ -31,7 +31,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from slurmopt.errors import SlurmoptError
@@ -461,7 +461,7 @@ class Store:
             with self.engine.begin() as connection:
                 config.attributes["connection"] = connection
                 command.upgrade(config, revision)
-        except OperationalError as exc:
+        except DatabaseError as exc:  # also a file that is not a database at all
             raise StoreError(f"cannot migrate {self.describe()}: {exc.orig}") from exc
 
     def describe(self) -> str:
