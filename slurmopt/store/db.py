@@ -451,7 +451,9 @@ class Store:
         """The alembic configuration, built in code: no ``alembic.ini`` is needed."""
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS_DIR))
-        config.set_main_option("sqlalchemy.url", self.url.render_as_string(hide_password=False))
+        # configparser interpolates '%': escape the URL's (a %-encoded password, socket path).
+        url = self.url.render_as_string(hide_password=False).replace("%", "%%")
+        config.set_main_option("sqlalchemy.url", url)
         return config
 
     def upgrade(self, revision: str = "head") -> None:
