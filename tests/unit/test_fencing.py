@@ -1,4 +1,7 @@
-"""Fencing: a daemon that lost the lease mid-cycle acts on nothing more, and the store agrees."""
+"""Fencing: a daemon that lost the lease mid-cycle acts on nothing more, and the store agrees.
+
+The lease and fencing tests run on a SQLite file and on PostgreSQL (``store_url``).
+"""
 
 from __future__ import annotations
 
@@ -24,10 +27,12 @@ from tests.unit.test_daemon_fakes import (
 )
 
 
-def _daemon(tmp_path: Path, client: FakeSlurmClient, holder: str, **kw: Any) -> Daemon:
+def _daemon(
+    tmp_path: Path, client: FakeSlurmClient, holder: str, url: str | None = None, **kw: Any
+) -> Daemon:
     _, fabric = two_leaves()
     # Each daemon has its own connection to the one database, as two processes would.
-    store = Store.open(f"sqlite:///{tmp_path / 'd.db'}")
+    store = Store.open(url or f"sqlite:///{tmp_path / 'd.db'}")
     return Daemon(
         config(tmp_path, **kw),
         client,
@@ -38,10 +43,12 @@ def _daemon(tmp_path: Path, client: FakeSlurmClient, holder: str, **kw: Any) -> 
     )
 
 
-def test_a_leader_paused_in_a_slow_scontrol_stops_at_its_next_write(tmp_path: Path) -> None:
+def test_a_leader_paused_in_a_slow_scontrol_stops_at_its_next_write(
+    tmp_path: Path, store_url: str
+) -> None:
     client = FakeSlurmClient(two_leaves()[0], [])
-    first = _daemon(tmp_path, client, "host:1")
-    second = _daemon(tmp_path, client, "host:2")
+    first = _daemon(tmp_path, client, "host:1", store_url)
+    second = _daemon(tmp_path, client, "host:2", store_url)
     assert first.cycle().mode is Mode.ENFORCING
     client.jobs[7] = held_job(7)
     client.jobs[8] = held_job(8)
@@ -72,10 +79,15 @@ def test_a_leader_paused_in_a_slow_scontrol_stops_at_its_next_write(tmp_path: Pa
     assert read_heartbeat(tmp_path / "heartbeat", now=client.clock, max_age_s=30).enforcing
 
 
-def test_a_transition_under_a_stale_token_is_refused(tmp_path: Path) -> None:
+def test_a_transition_under_a_stale_token_is_refused(tmp_path: Path, store_url: str) -> None:
     client = FakeSlurmClient(two_leaves()[0], [held_job(7)])
-    first = _daemon(tmp_path, client, "host:1")
+    first = _daemon(tmp_path, client, "host:1", store_url)
     first.cycle()
+    # The guard extends the lease it checks.
+    client.clock += first.lease_ttl_s - 1
+    first.store.guard()
+    lease = first.store.lease(LEASE_NAME)
+    assert lease is not None and lease.expires_at == client.clock + first.lease_ttl_s
     client.clock += first.lease_ttl_s + 1
     assert first.store.acquire_token(LEASE_NAME, "host:2", 30, client.clock) == 2
     with pytest.raises(LeaseLost):
@@ -87,11 +99,13 @@ def test_a_transition_under_a_stale_token_is_refused(tmp_path: Path) -> None:
         move(first.store, record, ManagedJobState.DONE, "end", "x", "", client.clock)
 
 
-def test_standby_and_advisory_daemons_never_touch_the_heartbeat(tmp_path: Path) -> None:
+def test_standby_and_advisory_daemons_never_touch_the_heartbeat(
+    tmp_path: Path, store_url: str
+) -> None:
     client = FakeSlurmClient(two_leaves()[0], [])
-    leader = _daemon(tmp_path, client, "host:1")
-    standby = _daemon(tmp_path, client, "host:2")
-    advisory = _daemon(tmp_path, client, "host:3", enforce=False)
+    leader = _daemon(tmp_path, client, "host:1", store_url)
+    standby = _daemon(tmp_path, client, "host:2", store_url)
+    advisory = _daemon(tmp_path, client, "host:3", store_url, enforce=False)
     leader.cycle()
     before = (tmp_path / "heartbeat").read_text()
     assert standby.cycle().mode is Mode.STANDBY

@@ -1,10 +1,12 @@
-"""Leases: one holder at a time across processes sharing a database, until expiry or release."""
+"""Leases: one holder at a time across processes sharing a database, until expiry or release.
+
+Every test runs on a SQLite file and on PostgreSQL (``store_url``).
+"""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -14,11 +16,10 @@ LEASE = "actuator"
 
 
 @pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[Store, Store]]:
-    """Two stores on one SQLite file, as two daemons on one host would have."""
-    url = f"sqlite:///{tmp_path / 'slurmopt.db'}"
-    a = Store.open(url)
-    b = Store.open(url)
+def pair(store_url: str) -> Iterator[tuple[Store, Store]]:
+    """Two stores (two connection pools) on one database, as two daemons would have."""
+    a = Store.open(store_url)
+    b = Store(store_url)
     yield a, b
     a.close()
     b.close()
@@ -78,9 +79,23 @@ def test_leases_are_independent_by_name(pair: tuple[Store, Store]) -> None:
     assert b.acquire_lease("metrics", "b", ttl_s=30, now=0.0)
 
 
-def test_racing_holders_get_exactly_one_winner(tmp_path: Path) -> None:
+def test_the_token_grows_by_one_each_time_the_lease_changes_hands(
+    pair: tuple[Store, Store],
+) -> None:
+    a, b = pair
+    assert a.acquire_token(LEASE, "a", ttl_s=10, now=0.0) == 1
+    assert a.acquire_token(LEASE, "a", ttl_s=10, now=5.0) == 1  # kept: same token
+    assert b.acquire_token(LEASE, "b", ttl_s=10, now=9.0) is None
+    assert b.acquire_token(LEASE, "b", ttl_s=10, now=15.0) == 2  # a's expired at 15
+    assert a.acquire_token(LEASE, "a", ttl_s=10, now=16.0) is None
+    assert b.acquire_token(LEASE, "b", ttl_s=10, now=30.0) == 3  # its own, but after expiry
+    lease = a.lease(LEASE)
+    assert lease is not None and (lease.holder, lease.token) == ("b", 3)
+
+
+def test_racing_holders_get_exactly_one_winner(store_url: str) -> None:
     """Eight stores (eight connections) race for a new lease at the same instant."""
-    url = f"sqlite:///{tmp_path / 'slurmopt.db'}"
+    url = store_url
     Store.open(url).close()
     stores = [Store(url) for _ in range(8)]
     results: list[bool] = [False] * len(stores)
