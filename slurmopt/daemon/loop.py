@@ -136,13 +136,16 @@ def _boot_id() -> str:
         return "noboot"
 
 
-def default_holder() -> str:
-    """``host:pid:boot:start``: names this process in the lease and the heartbeat.
+def default_holder(node_name: str = "") -> str:
+    """``node:pid:boot:start``: names this process in the lease and the heartbeat.
 
-    The boot id and start time keep two processes apart even when a pid is
-    reused, after a reboot or on another host of the same name.
+    ``node`` is the config's ``node_name`` (empty: the host name), so two
+    daemons sharing a store say which controller each runs beside.  The boot
+    id and start time keep two processes apart even when a pid is reused,
+    after a reboot or on another host of the same name.
     """
-    return f"{socket.gethostname()}:{os.getpid()}:{_boot_id()}:{int(_STARTED)}"
+    node = node_name or socket.gethostname()
+    return f"{node}:{os.getpid()}:{_boot_id()}:{int(_STARTED)}"
 
 
 def _shape(text: str) -> str:
@@ -207,7 +210,7 @@ class Daemon:
         self.store = store
         # Every write checks the lease's fencing token first (a no-op while no fence is set).
         self.client: SlurmClient = FencedClient(client, store.guard)
-        self.holder = holder or default_holder()
+        self.holder = holder or default_holder(config.node_name)
         self.clock = clock
         self.fabric_loader = fabric_loader or discover_fabric(config)
         self.backoff_cap_s = backoff_cap_s
