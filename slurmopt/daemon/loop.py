@@ -62,6 +62,7 @@ from slurmopt.daemon.reconcile import (
     Reconciler,
     ReconcileResult,
     live_records,
+    with_pins_in_flight,
 )
 from slurmopt.daemon.status import DaemonStatus, encode
 from slurmopt.daemon.switch import read_switch
@@ -477,9 +478,11 @@ class Daemon:
         priorities = planning_priorities(
             planned_jobs, {i: r.priority_before_hold for i, r in records.items()}
         )
+        # Jobs pinned but not yet started hold their nodes (the actuator reads the real snapshot).
+        planned = with_pins_in_flight(snapshot, records, now) if acting else snapshot
         started = time.perf_counter()
         result.plan = plan(
-            snapshot, self.fabric, self.policy, now, managed=managed, priorities=priorities
+            planned, self.fabric, self.policy, now, managed=managed, priorities=priorities
         )
         duration = time.perf_counter() - started
         result.plan_id = self.store.record_plan(result.plan, snapshot.taken_at, duration)
