@@ -288,6 +288,8 @@ class Daemon:
     def _drop_fence(self) -> None:
         self.fence = None
         self.store.fence = None
+        # Jobs stamped while another daemon writes the heartbeat prove nothing about ours.
+        self.stamps.interrupted()
 
     def preflight(self) -> None:
         """Before the first cycle of ``--enforce``: exit 78 when enforcement cannot work.

@@ -79,6 +79,29 @@ def test_a_leader_paused_in_a_slow_scontrol_stops_at_its_next_write(
     assert read_heartbeat(tmp_path / "heartbeat", now=client.clock, max_age_s=30).enforcing
 
 
+def test_a_leader_back_after_another_held_the_lease_is_not_degraded_by_its_stamps(
+    tmp_path: Path,
+) -> None:
+    client = FakeSlurmClient(two_leaves()[0], [])
+    first = _daemon(tmp_path, client, "host:1", managed_partitions=("gpu",))
+    second = _daemon(tmp_path, client, "host:2", managed_partitions=("gpu",))
+    assert first.cycle().mode is Mode.ENFORCING
+    client.clock += first.lease_ttl_s + 1  # the first pauses past its lease
+    assert second.cycle().mode is Mode.ENFORCING
+    assert first.cycle().mode is Mode.STANDBY
+    # A job the plugin stamps with the second daemon's heartbeat, which then stops.
+    client.clock += 5
+    seq = second.stamps.last_seq
+    client.jobs[9] = held_job(
+        9, admin_comment=f"slurmopt:managed,held,hb={seq}", submit_time=client.clock
+    )
+    client.clock += 1
+    assert second.cycle().mode is Mode.ENFORCING
+    second.shutdown(notify_systemd=False)
+    client.clock += 1
+    assert first.cycle().mode is Mode.ENFORCING, first.reasons
+
+
 def test_a_transition_under_a_stale_token_is_refused(tmp_path: Path, store_url: str) -> None:
     client = FakeSlurmClient(two_leaves()[0], [held_job(7)])
     first = _daemon(tmp_path, client, "host:1", store_url)
