@@ -360,6 +360,27 @@ def _sqlite_setup(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+#: PostgreSQL ends a session left idle inside a transaction this long (seconds), rolling it
+#: back: a daemon stopped (SIGSTOP, a hung host) mid-transaction must not keep the lease row
+#: locked past the lease, or the standby's takeover would wait on it for ever.  Shorter than
+#: the shortest lease (10 s); no transaction of slurmopt's waits on anything but the database.
+PG_IDLE_IN_TRANSACTION_S = 5.0
+
+
+def _postgresql_setup(engine: Engine) -> None:
+    """Each connection: ``idle_in_transaction_session_timeout`` (see above)."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        ms = int(PG_IDLE_IN_TRANSACTION_S * 1000)
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"SET idle_in_transaction_session_timeout = {ms}")
+        finally:
+            cursor.close()
+        dbapi_connection.commit()
+
+
 #: Modes of a store the daemon creates: the daemon's user writes, its group (the readers of
 #: ``explain``, ``status``, ``preemptions``) reads, nobody else sees the plans.
 STORE_DIR_MODE = 0o2750  # setgid: the database and its -wal/-shm files keep the group
@@ -421,6 +442,8 @@ class Store:
             raise StoreError(f"cannot use database URL {url!r}: {exc}") from exc
         if self.is_sqlite:
             _sqlite_setup(self.engine)
+        elif parsed.get_backend_name() == "postgresql":
+            _postgresql_setup(self.engine)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         #: Set by the acting daemon: every transition then checks it (see :class:`Fence`).
         self.fence: Fence | None = None

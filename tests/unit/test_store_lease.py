@@ -6,11 +6,13 @@ Every test runs on a SQLite file and on PostgreSQL (``store_url``).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy.exc import DBAPIError
 
-from slurmopt.store import Store
+from slurmopt.store import Fence, Store
 
 LEASE = "actuator"
 
@@ -117,3 +119,33 @@ def test_racing_holders_get_exactly_one_winner(store_url: str) -> None:
     finally:
         for s in stores:
             s.close()
+
+
+@pytest.mark.postgres
+def test_a_holder_stopped_inside_a_transaction_does_not_block_the_takeover(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL ends the stopped holder's transaction, so its row lock cannot outlive it."""
+    from slurmopt.store import db
+
+    monkeypatch.setattr(db, "PG_IDLE_IN_TRANSACTION_S", 1.0)
+    a, b = Store.open(pg_url), Store(pg_url)
+    assert a.acquire_token(LEASE, "a", ttl_s=10, now=0.0) == 1
+    fence = Fence(LEASE, "a", 1, 10, clock=lambda: 5.0)
+    stuck = a.sessions()
+    stuck.begin()
+    fence.check(stuck)  # the lease row is locked until this transaction ends; a stops here
+    taken: list[int | None] = []
+    started = time.monotonic()
+    racer = threading.Thread(target=lambda: taken.append(b.acquire_token(LEASE, "b", 10, 20.0)))
+    racer.start()
+    racer.join(timeout=20)
+    try:
+        assert taken == [2], "the takeover waited on the stopped holder's lock"
+        assert time.monotonic() - started < 10
+        with pytest.raises(DBAPIError):  # a, resumed, finds its transaction gone
+            fence.check(stuck)
+    finally:
+        stuck.close()
+        a.close()
+        b.close()
