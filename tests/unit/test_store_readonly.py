@@ -14,10 +14,10 @@ from click.testing import CliRunner
 from sqlalchemy.engine import make_url
 
 from slurmopt.cli.wiring import open_store_for_reading
-from slurmopt.daemon.loop import LEASE_NAME, Daemon
+from slurmopt.daemon.loop import LEASE_NAME
 from slurmopt.store import Store
-from tests.unit.test_daemon_fakes import FakeSlurmClient, config, held_job, two_leaves
 from tests.unit.test_plugin import _main
+from tests.unit.test_status_cli import _cycle
 
 pytestmark = pytest.mark.postgres
 
@@ -36,18 +36,7 @@ def test_the_documented_read_only_role_reads_everything_and_writes_nothing(
 ) -> None:
     # A daemon's cycle fills the store: its status, the lease, a plan, a managed job.
     store = Store.open(pg_url)
-    client = FakeSlurmClient(two_leaves()[0], [held_job(7), held_job(9, nodes=8)])
-    client.clock = time.time()
-    fabric = two_leaves()[1]
-    daemon = Daemon(
-        config(tmp_path, enforce=True),
-        client,
-        store,
-        holder="ctl-a:42",
-        clock=time.time,
-        fabric_loader=lambda _c, _s: fabric,
-    )
-    daemon.cycle()
+    _cycle(tmp_path, store, enforce=True)
 
     url = make_url(pg_url)
     schema = url.query["options"].split("search_path=", 1)[1]  # this test's own schema
@@ -68,8 +57,8 @@ def test_the_documented_read_only_role_reads_everything_and_writes_nothing(
         result = CliRunner().invoke(_main, ["status", "--json", "--db", ro_url])
         report = json.loads(result.stdout)
         assert report["store"] is not None, report
-        assert report["lease"]["holder"] == "ctl-a:42", report
-        assert report["daemon"]["holder"] == "ctl-a:42", report
+        assert report["lease"]["holder"] == "ctl:42", report
+        assert report["daemon"]["holder"] == "ctl:42", report
         reader = open_store_for_reading(ro_url)
         try:
             # What `slurmopt explain` reads.
