@@ -255,15 +255,17 @@ class Daemon:
         return read_switch(self.store).disabled
 
     def _may_act_now(self) -> bool:
-        """Still enforcing: not stopping, the switch is off, the lease is still ours."""
+        """Still enforcing: not stopping, the switch is off, the lease is still ours.
+
+        A lost lease raises :class:`LeaseLost` (the cycle stops there, as at any
+        fenced write) rather than reading as "disabled", which would still
+        write the heartbeat.
+        """
         if self.stopping.is_set() or not self.config.enforce or self._disabled():
             return False
         if self.fence is None:
             return False
-        try:
-            self.store.guard()
-        except LeaseLost:
-            return False
+        self.store.guard()
         return True
 
     def _say(self, key: str, level: int, text: str) -> None:
@@ -281,6 +283,7 @@ class Daemon:
         if self.fence is None or self.fence.token != token:
             self.fence = Fence(LEASE_NAME, self.holder, token, self.lease_ttl_s, self.clock)
             self.store.fence = self.fence
+            self._said.pop("lease", None)  # a later loss is logged again
             log.info("holding the enforcer lease (fencing token %d)", token)
             self.metrics.lease_acquired()
         return True
@@ -319,6 +322,10 @@ class Daemon:
             return
         if enforce and self._disabled():
             enforce = False
+        if enforce:
+            # enforce=1 only from the fenced leader: a holder that paused after its last
+            # write and lost the lease stops here (LeaseLost), writing nothing.
+            self.store.guard()
         seq = self.stamps.next_seq(now)
         try:
             write_heartbeat(
@@ -509,8 +516,8 @@ class Daemon:
                 result.notes.append(f"snapshot {age:.0f} s old by planning's end; not acting")
                 log.warning("snapshot is %.0f s old; acting on nothing this cycle", age)
             elif not self._may_act_now():
-                result.mode = Mode.STANDBY if self.fence is None else Mode.DISABLED
-                log.warning("lost the lease or disabled during the cycle; acting on nothing")
+                result.mode = Mode.DISABLED
+                log.warning("disabled or stopping during the cycle; acting on nothing")
             else:
                 result.acted = self.actuator.apply(
                     result.plan, snapshot, records, now, skip, may_act=self._switch_off

@@ -62,6 +62,7 @@ from slurmopt.slurm.base import SlurmClient
 from slurmopt.store import (
     FINAL_STATES,
     JobTransition,
+    LeaseLost,
     ManagedJob,
     ManagedJobState,
     Store,
@@ -399,6 +400,8 @@ class Reconciler:
                     elastic_max_nodes=elastic[1] if elastic else None,
                     now=now,
                 )
+        except LeaseLost:
+            raise  # not the leader any more: the cycle stops here
         except SlurmoptError as exc:
             self._note(result, job.job_id, f"not registered: {exc}", logging.WARNING)
             return

@@ -602,8 +602,9 @@ class Store:
 
     # -- heartbeat -------------------------------------------------------------------------
     def beat(self, name: str, holder: str, now: float, detail: str = "") -> None:
-        """Record that ``holder`` running component ``name`` was alive at ``now``."""
+        """Record that ``holder`` running component ``name`` was alive at ``now`` (fenced)."""
         with self.begin() as session:
+            check_fence(session)
             row = session.get(Heartbeat, name)
             if row is None:
                 session.add(Heartbeat(name=name, holder=holder, at=now, detail=detail))
@@ -624,10 +625,11 @@ class Store:
         ``gone`` row.  A busy cluster's plan mostly repeats itself between two
         cycles, so this is what keeps the store small.  With
         :attr:`change_only` off every line is written (the old behaviour,
-        kept for the benchmark's baseline).  Returns the plan id.
+        kept for the benchmark's baseline).  Returns the plan id.  Fenced, as transitions.
         """
         lines = _plan_lines(plan)
         with self.begin() as session:
+            check_fence(session)
             previous_id = session.scalar(select(func.max(PlanRecord.id)))
             cached = self._plan_lines
             if previous_id is None:
@@ -753,8 +755,9 @@ class Store:
             return session.get(ManagedJob, job_id)
 
     def record_fragmentation(self, report: FragmentationReport) -> int:
-        """Store a report's headline figures at its snapshot time; returns the sample id."""
+        """Store a report's headline figures at its snapshot time (fenced); returns its id."""
         with self.begin() as session:
+            check_fence(session)
             sample = FragmentationSample(
                 at=report.taken_at,
                 partition=report.partition,

@@ -79,6 +79,46 @@ def test_a_leader_paused_in_a_slow_scontrol_stops_at_its_next_write(
     assert read_heartbeat(tmp_path / "heartbeat", now=client.clock, max_age_s=30).enforcing
 
 
+@pytest.mark.parametrize("pause_in", ["snapshot", "register"])
+def test_a_leader_paused_where_it_writes_nothing_to_slurm_still_stops(
+    tmp_path: Path, store_url: str, pause_in: str
+) -> None:
+    """Paused after its snapshot, or before registering a new job: it plans and writes nothing."""
+    client = FakeSlurmClient(two_leaves()[0], [])
+    first = _daemon(tmp_path, client, "host:1", store_url)
+    second = _daemon(tmp_path, client, "host:2", store_url)
+    assert first.cycle().mode is Mode.ENFORCING
+    if pause_in == "register":  # a new job under the plugin's hold, seen by the first only
+        client.jobs[7] = held_job(7, reason="JobHeldUser")
+    read = client.snapshot
+    seen: dict[str, Any] = {}
+
+    def paused() -> ClusterSnapshot:
+        snapshot = read()
+        client.snapshot = read  # type: ignore[method-assign]
+        client.clock += first.lease_ttl_s + 1
+        hidden = client.jobs.pop(7, None)
+        assert second.cycle().mode is Mode.ENFORCING
+        if hidden is not None:
+            client.jobs[7] = hidden
+        seen["heartbeat"] = (tmp_path / "heartbeat").read_text()
+        seen["status"] = second.store.last_beat("daemon")
+        seen["plan"] = second.store.latest_plan()
+        return snapshot
+
+    client.snapshot = paused  # type: ignore[method-assign]
+    result = first.cycle()
+    assert result.mode is Mode.STANDBY and result.error and "no longer held" in result.error
+    assert first.fence is None
+    # The new leader's heartbeat, status record and last plan are the last ones written.
+    assert (tmp_path / "heartbeat").read_text() == seen["heartbeat"]
+    status = second.store.last_beat("daemon")
+    assert status is not None and status.holder == seen["status"].holder == "host:2"
+    plan = second.store.latest_plan()
+    assert plan is not None and plan.id == seen["plan"].id
+    assert client.count("hold", 7) == 0 and second.store.managed_job(7) is None
+
+
 def test_a_leader_back_after_another_held_the_lease_is_not_degraded_by_its_stamps(
     tmp_path: Path,
 ) -> None:
