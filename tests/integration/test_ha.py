@@ -164,6 +164,9 @@ def pair(slurm: SlurmSandbox, pg_url: str, tmp_path: Path) -> Iterator[list[Cont
     finally:
         for run in daemons:
             run.stop()
+            # Shown when the test fails: what each daemon logged and called.
+            print(f"--- {run.name}: log\n{run.log()[-6000:]}")
+            print(f"--- {run.name}: scontrol calls\n{run.calls.read_text()[-3000:]}")
         write_heartbeat(daemons[0].heartbeat, False)  # the plugin fails open again
 
 
