@@ -13,7 +13,7 @@ file is found like ClusterShell finds its own: the first of
 5. nothing: defaults only.
 
 Then a few environment variables (``SLURMOPT_DB``, ``SLURMOPT_ENFORCE``,
-``SLURMOPT_INTERVAL``, ``SLURMOPT_BACKEND``, and ``SLURMOPT_HEALTH_<NAME>``
+``SLURMOPT_INTERVAL``, ``SLURMOPT_BACKEND``, ``SLURMOPT_NODE_NAME``, and ``SLURMOPT_HEALTH_<NAME>``
 for each ``health_<name>`` key) override the file, and values given
 explicitly on the command line override everything.
 :attr:`Config.sources` records where each value came from, so an operator
@@ -93,6 +93,7 @@ ENV_OVERRIDES: Mapping[str, str] = MappingProxyType(
         "SLURMOPT_ENFORCE": "enforce",
         "SLURMOPT_INTERVAL": "interval_s",
         "SLURMOPT_BACKEND": "backend",
+        "SLURMOPT_NODE_NAME": "node_name",
         **{f"SLURMOPT_{key.upper()}": key for key in HEALTH_KEYS},
     }
 )
@@ -123,6 +124,7 @@ class Config:
     align_ends: bool = True
     elastic_starts: bool = True
     heartbeat_path: str = "/run/slurmopt/heartbeat"
+    node_name: str = ""
     heartbeat_max_age_s: float = 30.0
     pin_timeout_s: float = 300.0
     metrics_port: int = 9817
@@ -280,6 +282,9 @@ def _coerce(key: str, value: object) -> Any:
         raise ValueError("must not be empty")
     if key == "heartbeat_path" and not os.path.isabs(value):
         raise ValueError(f"must be an absolute path, got {value!r}")
+    if key == "node_name" and re.search(r"[:\s]", value):
+        # It starts the lease holder ``node:pid:boot:start``, a one-line field.
+        raise ValueError(f"must have no ':' and no white space, got {value!r}")
     return value
 
 

@@ -62,6 +62,7 @@ from slurmopt.daemon.reconcile import (
     Reconciler,
     ReconcileResult,
     live_records,
+    with_pins_in_flight,
 )
 from slurmopt.daemon.status import DaemonStatus, encode
 from slurmopt.daemon.switch import read_switch
@@ -136,13 +137,16 @@ def _boot_id() -> str:
         return "noboot"
 
 
-def default_holder() -> str:
-    """``host:pid:boot:start``: names this process in the lease and the heartbeat.
+def default_holder(node_name: str = "") -> str:
+    """``node:pid:boot:start``: names this process in the lease and the heartbeat.
 
-    The boot id and start time keep two processes apart even when a pid is
-    reused, after a reboot or on another host of the same name.
+    ``node`` is the config's ``node_name`` (empty: the host name), so two
+    daemons sharing a store say which controller each runs beside.  The boot
+    id and start time keep two processes apart even when a pid is reused,
+    after a reboot or on another host of the same name.
     """
-    return f"{socket.gethostname()}:{os.getpid()}:{_boot_id()}:{int(_STARTED)}"
+    node = node_name or socket.gethostname()
+    return f"{node}:{os.getpid()}:{_boot_id()}:{int(_STARTED)}"
 
 
 def _shape(text: str) -> str:
@@ -207,7 +211,7 @@ class Daemon:
         self.store = store
         # Every write checks the lease's fencing token first (a no-op while no fence is set).
         self.client: SlurmClient = FencedClient(client, store.guard)
-        self.holder = holder or default_holder()
+        self.holder = holder or default_holder(config.node_name)
         self.clock = clock
         self.fabric_loader = fabric_loader or discover_fabric(config)
         self.backoff_cap_s = backoff_cap_s
@@ -251,15 +255,17 @@ class Daemon:
         return read_switch(self.store).disabled
 
     def _may_act_now(self) -> bool:
-        """Still enforcing: not stopping, the switch is off, the lease is still ours."""
+        """Still enforcing: not stopping, the switch is off, the lease is still ours.
+
+        A lost lease raises :class:`LeaseLost` (the cycle stops there, as at any
+        fenced write) rather than reading as "disabled", which would still
+        write the heartbeat.
+        """
         if self.stopping.is_set() or not self.config.enforce or self._disabled():
             return False
         if self.fence is None:
             return False
-        try:
-            self.store.guard()
-        except LeaseLost:
-            return False
+        self.store.guard()
         return True
 
     def _say(self, key: str, level: int, text: str) -> None:
@@ -277,6 +283,7 @@ class Daemon:
         if self.fence is None or self.fence.token != token:
             self.fence = Fence(LEASE_NAME, self.holder, token, self.lease_ttl_s, self.clock)
             self.store.fence = self.fence
+            self._said.pop("lease", None)  # a later loss is logged again
             log.info("holding the enforcer lease (fencing token %d)", token)
             self.metrics.lease_acquired()
         return True
@@ -284,6 +291,8 @@ class Daemon:
     def _drop_fence(self) -> None:
         self.fence = None
         self.store.fence = None
+        # Jobs stamped while another daemon writes the heartbeat prove nothing about ours.
+        self.stamps.interrupted()
 
     def preflight(self) -> None:
         """Before the first cycle of ``--enforce``: exit 78 when enforcement cannot work.
@@ -313,6 +322,10 @@ class Daemon:
             return
         if enforce and self._disabled():
             enforce = False
+        if enforce:
+            # enforce=1 only from the fenced leader: a holder that paused after its last
+            # write and lost the lease stops here (LeaseLost), writing nothing.
+            self.store.guard()
         seq = self.stamps.next_seq(now)
         try:
             write_heartbeat(
@@ -474,9 +487,11 @@ class Daemon:
         priorities = planning_priorities(
             planned_jobs, {i: r.priority_before_hold for i, r in records.items()}
         )
+        # Jobs pinned but not yet started hold their nodes (the actuator reads the real snapshot).
+        planned = with_pins_in_flight(snapshot, records, now) if acting else snapshot
         started = time.perf_counter()
         result.plan = plan(
-            snapshot, self.fabric, self.policy, now, managed=managed, priorities=priorities
+            planned, self.fabric, self.policy, now, managed=managed, priorities=priorities
         )
         duration = time.perf_counter() - started
         result.plan_id = self.store.record_plan(result.plan, snapshot.taken_at, duration)
@@ -501,8 +516,8 @@ class Daemon:
                 result.notes.append(f"snapshot {age:.0f} s old by planning's end; not acting")
                 log.warning("snapshot is %.0f s old; acting on nothing this cycle", age)
             elif not self._may_act_now():
-                result.mode = Mode.STANDBY if self.fence is None else Mode.DISABLED
-                log.warning("lost the lease or disabled during the cycle; acting on nothing")
+                result.mode = Mode.DISABLED
+                log.warning("disabled or stopping during the cycle; acting on nothing")
             else:
                 result.acted = self.actuator.apply(
                     result.plan, snapshot, records, now, skip, may_act=self._switch_off

@@ -31,6 +31,7 @@ from tests.sandbox import SlurmSandbox
 pytestmark = pytest.mark.slurm
 
 SANDBOX_TOML = Path("/tmp/slurmopt-sandbox/etc/slurmopt.toml")
+REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from slurmopt.cli import main; main()"]
 LEAVES = {
     "leaf1": [f"gpu{i:03d}" for i in range(1, 9)],
@@ -71,6 +72,9 @@ class DaemonRun:
         )
         self.proc: subprocess.Popen[bytes] | None = None
         self.plugin = "JobSubmitPlugins=lua" in Path(slurm.conf).read_text()
+        # The daemon runs this checkout's code, whatever is installed.
+        path = os.pathsep.join(p for p in (str(REPO), slurm.env.get("PYTHONPATH", "")) if p)
+        self.env = {**slurm.env, "PYTHONPATH": path}
 
     def start(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
@@ -86,7 +90,7 @@ class DaemonRun:
                 "1",
                 "--enforce",
             ],
-            env=self.slurm.env,
+            env=self.env,
             stdout=log,
             stderr=log,
         )

@@ -368,3 +368,20 @@ def test_deeply_nested_toml_is_one_error(tmp_path: Path) -> None:
     path = _write(tmp_path, "a = " + "[" * 100_000 + "]" * 100_000 + "\n")
     with pytest.raises(ConfigError, match="nested too deeply"):
         load_config(path, env={})
+
+
+def test_node_name_starts_the_daemons_holder_identity(tmp_path: Path) -> None:
+    import os
+    import socket
+
+    from slurmopt.daemon.loop import default_holder
+
+    path = _write(tmp_path, 'node_name = "ctl-a"\n')
+    assert load_config(path, env={}).node_name == "ctl-a"
+    assert load_config(path, env={"SLURMOPT_NODE_NAME": "ctl-b"}).node_name == "ctl-b"
+    node, pid, _boot, _start = default_holder("ctl-b").split(":")
+    assert (node, pid) == ("ctl-b", str(os.getpid()))
+    assert default_holder().split(":")[0] == socket.gethostname()
+    for bad in ("ctl:a", "ctl a", "ctl\na"):
+        with pytest.raises(ConfigError, match="node_name"):
+            Config(node_name=bad)

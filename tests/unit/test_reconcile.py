@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -280,3 +281,29 @@ def test_requeued_running_job_waits_again(tmp_path: Path, store: Store) -> None:
     daemon.cycle()
     assert _state(store, 7) is S.PINNED  # planned again on the next fresh snapshot
     assert client.count("release", 7) == 2
+
+
+def test_a_pin_finished_after_a_takeover_keeps_its_nodes_from_the_next_job(
+    tmp_path: Path, store: Store
+) -> None:
+    """The new leader releases the old one's pin and plans the rest around its nodes."""
+    nodes, _ = two_leaves()
+    client = FakeSlurmClient(nodes[:1], [held_job(7), held_job(8)])
+    first = _daemon(tmp_path, store, client, holder="host:1")
+    client.crash_on = "release"  # the leader stops right after its pin of job 7 reached Slurm
+    with pytest.raises(FakeCrash):
+        first.cycle()
+    assert client.count("pin", 7) == 1 and client.count("pin", 8) == 0
+    second = _restart(tmp_path, store, client)
+    for _ in range(2):  # the takeover cycle finishes job 7's pin; job 7 has not started yet
+        result = second.cycle()
+        assert result.plan is not None and 8 not in {a.job_id for a in result.plan.actions}
+        client.clock += 1
+    assert client.count("release", 7) == 1 and client.count("pin", 7) == 1
+    assert client.count("pin", 8) == 0, client.calls  # the one node is job 7's
+    client.start(7)
+    client.end(7)
+    client.nodes["a0"] = dataclasses.replace(client.nodes["a0"], gpus_alloc=0)
+    second.cycle()
+    second.cycle()
+    assert client.count("pin", 8) == 1 and client.count("release", 8) == 1
