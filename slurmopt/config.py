@@ -13,7 +13,7 @@ file is found like ClusterShell finds its own: the first of
 5. nothing: defaults only.
 
 Then a few environment variables (``SLURMOPT_DB``, ``SLURMOPT_ENFORCE``,
-``SLURMOPT_INTERVAL``, ``SLURMOPT_BACKEND``, and ``SLURMOPT_HEALTH_<NAME>``
+``SLURMOPT_INTERVAL``, ``SLURMOPT_BACKEND``, ``SLURMOPT_NODE_NAME``, and ``SLURMOPT_HEALTH_<NAME>``
 for each ``health_<name>`` key) override the file, and values given
 explicitly on the command line override everything.
 :attr:`Config.sources` records where each value came from, so an operator
@@ -68,6 +68,12 @@ _HEALTH_INTS: Mapping[str, int] = MappingProxyType(
 _HEALTH_XID_LISTS = ("health_xid_drain", "health_xid_degraded")
 _HEALTH_FLOATS = ("health_max_drain_share", "health_interval_s")
 HEALTH_KEYS = (*_HEALTH_INTS, *_HEALTH_XID_LISTS, *_HEALTH_FLOATS)
+#: The largest ``heartbeat_max_age_s``: past it the plugin would hold jobs for a dead daemon.
+HEARTBEAT_MAX_AGE_LIMIT_S = 3600.0
+
+#: What a partition name cannot contain (Slurm separates partitions and keys with these).
+_BAD_PARTITION_CHARS = re.compile(r"[,=\s]")
+
 _SECONDS = (
     "interval_s",
     "heartbeat_max_age_s",
@@ -87,6 +93,7 @@ ENV_OVERRIDES: Mapping[str, str] = MappingProxyType(
         "SLURMOPT_ENFORCE": "enforce",
         "SLURMOPT_INTERVAL": "interval_s",
         "SLURMOPT_BACKEND": "backend",
+        "SLURMOPT_NODE_NAME": "node_name",
         **{f"SLURMOPT_{key.upper()}": key for key in HEALTH_KEYS},
     }
 )
@@ -117,6 +124,7 @@ class Config:
     align_ends: bool = True
     elastic_starts: bool = True
     heartbeat_path: str = "/run/slurmopt/heartbeat"
+    node_name: str = ""
     heartbeat_max_age_s: float = 30.0
     pin_timeout_s: float = 300.0
     metrics_port: int = 9817
@@ -211,6 +219,9 @@ def _coerce(key: str, value: object) -> Any:
         number = _real(value, "a number of seconds", "must be a positive number of seconds")
         if number <= 0:
             raise ValueError(f"must be a positive number of seconds, got {value!r}")
+        if key == "heartbeat_max_age_s" and number > HEARTBEAT_MAX_AGE_LIMIT_S:
+            # until the heartbeat is this old the plugin holds jobs for a daemon that may be dead
+            raise ValueError(f"must be at most {HEARTBEAT_MAX_AGE_LIMIT_S:g} s, got {value!r}")
         return number
     if key in _HEALTH_INTS:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -244,6 +255,12 @@ def _coerce(key: str, value: object) -> Any:
             raise ValueError(f"expected an array of partition names, got {_describe(value)}")
         if any(not p.strip() for p in value):
             raise ValueError("partition names must not be empty")
+        bad = next((p for p in value if _BAD_PARTITION_CHARS.search(p)), None)
+        if bad is not None:  # Slurm joins partition lists with commas: "a,b" would be two
+            raise ValueError(
+                f"partition name {bad!r} contains a comma, '=' or whitespace; "
+                "list each partition as its own string"
+            )
         return tuple(value)
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {_describe(value)}")
@@ -265,6 +282,9 @@ def _coerce(key: str, value: object) -> Any:
         raise ValueError("must not be empty")
     if key == "heartbeat_path" and not os.path.isabs(value):
         raise ValueError(f"must be an absolute path, got {value!r}")
+    if key == "node_name" and re.search(r"[:\s]", value):
+        # It starts the lease holder ``node:pid:boot:start``, a one-line field.
+        raise ValueError(f"must have no ':' and no white space, got {value!r}")
     return value
 
 
@@ -346,6 +366,8 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"{where}: invalid TOML: {message}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: not UTF-8 text ({exc.reason})") from exc
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from exc
     keys = set(config_keys())

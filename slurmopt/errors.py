@@ -9,6 +9,18 @@ controller.
 from __future__ import annotations
 
 
+def one_line(message: str) -> str:
+    """``message`` with line breaks and other unprintable characters escaped (``\\n``).
+
+    Messages quote file names, hostlists and values from the input, which
+    can hold any character; escaped, the error stays one line on a terminal
+    and in a log.
+    """
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message
+    )
+
+
 class SlurmoptError(Exception):
     """Base class: a failure slurmopt reports as one line and a non-zero exit."""
 

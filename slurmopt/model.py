@@ -75,6 +75,10 @@ class JobState(StrEnum):
     UNKNOWN = "UNKNOWN"
 
 
+#: The largest Slurm job id: ids are 32-bit, and 0xfffffffe and 0xffffffff mean NO_VAL and
+#: INFINITE; a larger id can name no job (and overflows a database's integer column).
+MAX_JOB_ID = 0xFFFFFFFD
+
 #: Job states whose job still holds nodes and GPUs.
 ACTIVE_JOB_STATES = frozenset(
     {JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING, JobState.CONFIGURING}

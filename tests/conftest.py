@@ -1,12 +1,16 @@
-"""Shared fixtures: the real Slurm sandbox for tests marked ``slurm``."""
+"""Shared fixtures: the real Slurm sandbox (marker ``slurm``) and PostgreSQL (``postgres``)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
 
+from tests.postgres import PG_URL_ENV, fresh_schema, pg_problem
 from tests.sandbox import SlurmSandbox, exclusive_cluster, sandbox_conf
 
 
@@ -46,19 +50,64 @@ def _slurm_marker_needs_cluster(request: pytest.FixtureRequest) -> None:
         request.getfixturevalue("slurm_cluster")
 
 
-_slurm_outcomes: dict[str, int] = {}
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """The test PostgreSQL's URL (``$SLURMOPT_TEST_PG_URL``); fails if unset or unreachable."""
+    url = os.environ.get(PG_URL_ENV)
+    problem = pg_problem(url)
+    if problem is not None or url is None:
+        pytest.fail(problem or "no PostgreSQL", pytrace=False)
+    return url
+
+
+@pytest.fixture
+def pg_url(postgres_server: str) -> Iterator[str]:
+    """A URL to a fresh, empty schema of the test PostgreSQL, dropped after the test."""
+    with fresh_schema(postgres_server) as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The test's database, once on a SQLite file and once on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'slurmopt.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture(autouse=True)
+def _postgres_marker_needs_server(request: pytest.FixtureRequest) -> None:
+    """A test marked ``postgres`` fails when no PostgreSQL answers, even without the fixture."""
+    if request.node.get_closest_marker("postgres") is not None:
+        request.getfixturevalue("postgres_server")
+
+
+#: Outcomes of the tests that need a real service, by marker.
+_outcomes: dict[str, dict[str, int]] = {"slurm": {}, "postgres": {}}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Count the outcomes of tests marked ``slurm`` (call phase, or a failed/skipped set-up)."""
-    if "slurm" not in report.keywords:
+    """Count the outcomes of tests marked ``slurm`` or ``postgres`` (call, or a failed set-up)."""
+    if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
         return
-    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-        _slurm_outcomes[report.outcome] = _slurm_outcomes.get(report.outcome, 0) + 1
+    for marker, counts in _outcomes.items():
+        if marker in report.keywords:
+            counts[report.outcome] = counts.get(report.outcome, 0) + 1
+
+
+def _counts(outcomes: dict[str, int]) -> str:
+    return ", ".join(f"{n} {outcome}" for outcome, n in sorted(outcomes.items()))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Say how many tests ran against the real Slurm, so a silent skip cannot go unnoticed."""
+    """Say how many tests ran against the real services, so a silent skip cannot go unnoticed."""
+    if _outcomes["postgres"]:
+        url = os.environ.get(PG_URL_ENV)
+        shown = make_url(url).render_as_string(hide_password=True) if url else "(unset)"
+        terminalreporter.write_line(
+            f"real PostgreSQL tests: {_counts(_outcomes['postgres'])} against {shown}"
+        )
+    _slurm_outcomes = _outcomes["slurm"]
     if not _slurm_outcomes:
         return
     conf = sandbox_conf() or "(none)"
@@ -69,7 +118,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         pass
-    counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(_slurm_outcomes.items()))
     terminalreporter.write_line(
-        f"real Slurm integration tests: {counts} against SLURM_CONF={conf} ({version})"
+        f"real Slurm integration tests: {_counts(_slurm_outcomes)} "
+        f"against SLURM_CONF={conf} ({version})"
     )

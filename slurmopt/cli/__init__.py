@@ -12,7 +12,7 @@ import sys
 import click
 
 from slurmopt import __version__
-from slurmopt.errors import SlurmoptError
+from slurmopt.errors import SlurmoptError, one_line
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -78,10 +78,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         sys.exit(2)
     except click.ClickException as exc:
-        click.echo(f"slurmopt: {exc.format_message()}", err=True)
+        click.echo(f"slurmopt: {one_line(exc.format_message())}", err=True)
         sys.exit(exc.exit_code)
     except SlurmoptError as exc:
-        click.echo(f"slurmopt: {exc}", err=True)
+        click.echo(f"slurmopt: {one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(141)

@@ -9,10 +9,21 @@ from typing import Any
 
 import click
 
+from slurmopt.errors import SlurmoptError
+
 
 def emit_json(data: Any) -> None:
-    """Print one JSON document on stdout."""
-    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+    """Print one JSON document on stdout; a NaN or infinity is an error, never invalid JSON.
+
+    Values that can be undefined are None (null) where they are made, so a
+    non-finite number here is a bug: it fails as one line rather than
+    printing ``NaN``, which JSON parsers reject.
+    """
+    try:
+        text = json.dumps(data, indent=2, sort_keys=False, default=str, allow_nan=False)
+    except ValueError as exc:
+        raise SlurmoptError(f"cannot print JSON: {exc}") from None
+    click.echo(text)
 
 
 def print_table(

@@ -16,6 +16,7 @@ import click
 from slurmopt.cli.common import emit_json
 from slurmopt.cli.wiring import Wiring, config_option, db_option, resolve
 from slurmopt.errors import FabricError, SlurmError
+from slurmopt.model import MAX_JOB_ID
 
 if TYPE_CHECKING:  # the store, SQLAlchemy and the fabric load only when a command needs them
     from slurmopt.explain import SlurmView
@@ -46,7 +47,7 @@ def _load_fabric(wiring: Wiring, snapshot: ClusterSnapshot | None) -> Fabric | N
 
 
 @click.command()
-@click.argument("job_id", metavar="JOBID", type=click.IntRange(min=1))
+@click.argument("job_id", metavar="JOBID", type=click.IntRange(min=1, max=MAX_JOB_ID))
 @db_option
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
@@ -55,7 +56,7 @@ def explain(
     ctx: click.Context, job_id: int, db: str | None, config_path: str | None, as_json: bool
 ) -> None:
     """Why job JOBID waits, or where it was placed, from the newest plan that mentions it."""
-    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.exc import DatabaseError
 
     from slurmopt.explain import SlurmView, ensure_known, explain_job
     from slurmopt.store import StoreError
@@ -66,7 +67,7 @@ def explain(
         decided = store.latest_decisions_for(job_id)
         managed = store.managed_job(job_id)
         latest = store.latest_plan()
-    except OperationalError as exc:
+    except DatabaseError as exc:
         raise StoreError(f"cannot read {store.describe()}: {exc.orig}") from None
     finally:
         store.close()

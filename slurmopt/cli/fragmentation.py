@@ -116,7 +116,7 @@ def _history(
     as_json: bool,
 ) -> None:
     """The stored samples between two times, from the store alone (Slurm is never asked)."""
-    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.exc import DatabaseError
 
     from slurmopt.explain import format_time
     from slurmopt.store import StoreError
@@ -129,7 +129,7 @@ def _history(
     store = wiring.read_store()
     try:
         samples = store.fragmentation_history(since, until, partition=partition)
-    except OperationalError as exc:
+    except DatabaseError as exc:
         raise StoreError(f"cannot read {store.describe()}: {exc.orig}") from None
     finally:
         store.close()

@@ -89,7 +89,7 @@ def open_store_for_reading(url: str) -> Store:
     """
     from sqlalchemy import inspect
     from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, OperationalError
+    from sqlalchemy.exc import ArgumentError, DatabaseError
 
     from slurmopt.store import Store, StoreError
 
@@ -108,7 +108,7 @@ def open_store_for_reading(url: str) -> Store:
     store = Store(url, create=False)
     try:
         has_tables = inspect(store.engine).has_table("plans")
-    except OperationalError as exc:
+    except DatabaseError as exc:  # a file that is no database too, not only a locked one
         store.close()
         raise StoreError(f"cannot read {store.describe()}: {exc.orig}") from None
     if not has_tables:

@@ -30,7 +30,6 @@ mid-cycle and acts on nothing more.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import re
@@ -38,7 +37,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -63,19 +62,19 @@ from slurmopt.daemon.reconcile import (
     Reconciler,
     ReconcileResult,
     live_records,
+    with_pins_in_flight,
 )
 from slurmopt.daemon.status import DaemonStatus, encode
 from slurmopt.daemon.switch import read_switch
 from slurmopt.errors import SlurmoptError, SlurmResponseError, SlurmUnavailable
 from slurmopt.fabric import Fabric
 from slurmopt.health.agent import DrainCap
-from slurmopt.hostlist import expand
 from slurmopt.metrics import DaemonMetrics
-from slurmopt.model import ClusterSnapshot, Job, JobState
+from slurmopt.model import ClusterSnapshot, Job
 from slurmopt.policy.fragmentation import fragmentation_report
 from slurmopt.policy.plan import Plan, Policy, plan
 from slurmopt.slurm.base import SlurmClient
-from slurmopt.store import Fence, LeaseLost, ManagedJob, ManagedJobState, Store
+from slurmopt.store import Fence, LeaseLost, ManagedJob, Store
 from slurmopt.store.retention import PruneCounts, Retention
 
 log = logging.getLogger(__name__)
@@ -138,52 +137,21 @@ def _boot_id() -> str:
         return "noboot"
 
 
-def default_holder() -> str:
-    """``host:pid:boot:start``: names this process in the lease and the heartbeat.
+def default_holder(node_name: str = "") -> str:
+    """``node:pid:boot:start``: names this process in the lease and the heartbeat.
 
-    The boot id and start time keep two processes apart even when a pid is
-    reused, after a reboot or on another host of the same name.
+    ``node`` is the config's ``node_name`` (empty: the host name), so two
+    daemons sharing a store say which controller each runs beside.  The boot
+    id and start time keep two processes apart even when a pid is reused,
+    after a reboot or on another host of the same name.
     """
-    return f"{socket.gethostname()}:{os.getpid()}:{_boot_id()}:{int(_STARTED)}"
+    node = node_name or socket.gethostname()
+    return f"{node}:{os.getpid()}:{_boot_id()}:{int(_STARTED)}"
 
 
 def _shape(text: str) -> str:
     """A log line with its numbers blanked: repeats are told apart by content, not counts."""
     return re.sub(r"\d+(\.\d+)?", "#", text)
-
-
-def promised(snapshot: ClusterSnapshot, records: Mapping[int, ManagedJob]) -> ClusterSnapshot:
-    """The cluster as the planner must see it: a pin recorded but not yet started holds its nodes.
-
-    A job recorded ``pinned`` that Slurm still shows pending (its pin in
-    flight, or released and about to start) has been promised its recorded
-    nodes; planning another job onto them would book them twice.  The planner
-    sees it running there from the snapshot's time for its time limit, until
-    the reconciler moves the record on.
-    """
-    jobs = dict(snapshot.jobs)
-    nodes = dict(snapshot.nodes)
-    for record in records.values():
-        job = snapshot.jobs.get(record.job_id)
-        if record.state is not ManagedJobState.PINNED or not record.nodes or job is None:
-            continue
-        if not job.is_pending:
-            continue
-        names = tuple(n for n in expand(record.nodes) if n in nodes)
-        jobs[job.job_id] = dataclasses.replace(
-            job,
-            state=JobState.RUNNING,
-            nodes=names,
-            node_count=len(names),
-            start_time=snapshot.taken_at,
-        )
-        for name in names:
-            node = nodes[name]
-            alloc = min(node.gpus_total, node.gpus_alloc + max(job.gpus_per_node, 1))
-            nodes[name] = dataclasses.replace(node, gpus_alloc=alloc)
-    if jobs == dict(snapshot.jobs):
-        return snapshot
-    return dataclasses.replace(snapshot, nodes=nodes, jobs=jobs)
 
 
 def drain_cap_of(config: Config) -> DrainCap:
@@ -243,7 +211,7 @@ class Daemon:
         self.store = store
         # Every write checks the lease's fencing token first (a no-op while no fence is set).
         self.client: SlurmClient = FencedClient(client, store.guard)
-        self.holder = holder or default_holder()
+        self.holder = holder or default_holder(config.node_name)
         self.clock = clock
         self.fabric_loader = fabric_loader or discover_fabric(config)
         self.backoff_cap_s = backoff_cap_s
@@ -289,9 +257,9 @@ class Daemon:
     def _may_act_now(self) -> bool:
         """Still enforcing: not stopping, the switch is off, the lease is still ours.
 
-        A lease that passed to another daemon raises :class:`LeaseLost`, which
-        stops the cycle where it is, as a fenced write would: no heartbeat and
-        no status are written over the new holder's.
+        A lost lease raises :class:`LeaseLost` (the cycle stops there, as at any
+        fenced write) rather than reading as "disabled", which would still
+        write the heartbeat.
         """
         if self.stopping.is_set() or not self.config.enforce or self._disabled():
             return False
@@ -315,6 +283,7 @@ class Daemon:
         if self.fence is None or self.fence.token != token:
             self.fence = Fence(LEASE_NAME, self.holder, token, self.lease_ttl_s, self.clock)
             self.store.fence = self.fence
+            self._said.pop("lease", None)  # a later loss is logged again
             log.info("holding the enforcer lease (fencing token %d)", token)
             self.metrics.lease_acquired()
         return True
@@ -322,6 +291,8 @@ class Daemon:
     def _drop_fence(self) -> None:
         self.fence = None
         self.store.fence = None
+        # Jobs stamped while another daemon writes the heartbeat prove nothing about ours.
+        self.stamps.interrupted()
 
     def preflight(self) -> None:
         """Before the first cycle of ``--enforce``: exit 78 when enforcement cannot work.
@@ -351,6 +322,10 @@ class Daemon:
             return
         if enforce and self._disabled():
             enforce = False
+        if enforce:
+            # enforce=1 only from the fenced leader: a holder that paused after its last
+            # write and lost the lease stops here (LeaseLost), writing nothing.
+            self.store.guard()
         seq = self.stamps.next_seq(now)
         try:
             write_heartbeat(
@@ -512,10 +487,11 @@ class Daemon:
         priorities = planning_priorities(
             planned_jobs, {i: r.priority_before_hold for i, r in records.items()}
         )
-        seen = promised(snapshot, records) if acting else snapshot
+        # Jobs pinned but not yet started hold their nodes (the actuator reads the real snapshot).
+        planned = with_pins_in_flight(snapshot, records, now) if acting else snapshot
         started = time.perf_counter()
         result.plan = plan(
-            seen, self.fabric, self.policy, now, managed=managed, priorities=priorities
+            planned, self.fabric, self.policy, now, managed=managed, priorities=priorities
         )
         duration = time.perf_counter() - started
         result.plan_id = self.store.record_plan(result.plan, snapshot.taken_at, duration)
@@ -540,8 +516,8 @@ class Daemon:
                 result.notes.append(f"snapshot {age:.0f} s old by planning's end; not acting")
                 log.warning("snapshot is %.0f s old; acting on nothing this cycle", age)
             elif not self._may_act_now():
-                result.mode = Mode.STANDBY if self.fence is None else Mode.DISABLED
-                log.warning("lost the lease or disabled during the cycle; acting on nothing")
+                result.mode = Mode.DISABLED
+                log.warning("disabled or stopping during the cycle; acting on nothing")
             else:
                 result.acted = self.actuator.apply(
                     result.plan, snapshot, records, now, skip, may_act=self._switch_off
@@ -727,5 +703,4 @@ __all__ = [
     "Mode",
     "default_holder",
     "discover_fabric",
-    "promised",
 ]

@@ -178,6 +178,10 @@ class StampWatch:
         while len(self._seqs) > REMEMBERED_SEQS:
             self._seqs.popitem(last=False)
 
+    def interrupted(self) -> None:
+        """This daemon lost the lease: another may write the heartbeat, so its streak ends."""
+        self.enforcing_since = None
+
     @staticmethod
     def _must_be_stamped(job: Job, managed_partitions: Collection[str]) -> bool:
         if job.gpus_per_node <= 0 or job.het_job_id:

@@ -38,8 +38,9 @@ again in the same cycle.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
@@ -55,12 +56,13 @@ from slurmopt.daemon.managed import (
     trusted_tag,
 )
 from slurmopt.errors import SlurmCommandError, SlurmoptError
-from slurmopt.hostlist import fold
+from slurmopt.hostlist import expand, fold
 from slurmopt.model import ClusterSnapshot, Job, JobState
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.store import (
     FINAL_STATES,
     JobTransition,
+    LeaseLost,
     ManagedJob,
     ManagedJobState,
     Store,
@@ -131,6 +133,53 @@ def move(
     record.reason = reason
     record.updated_at = now
     return key
+
+
+def with_pins_in_flight(
+    snapshot: ClusterSnapshot, records: Mapping[int, ManagedJob], now: float
+) -> ClusterSnapshot:
+    """The snapshot as the planner must see it: a pinned job Slurm has not started holds its nodes.
+
+    Between a pin and Slurm's start of the job (a moment, or a pin the
+    reconciler has just finished for a daemon that stopped after it) the
+    nodes look free in Slurm's counts; planning another job there would
+    have Slurm start one of the two and leave the other to time out and be
+    pinned again.  Each such job is shown running on its recorded nodes
+    from ``now`` for its time limit, with its GPUs counted on them.
+    """
+    nodes = dict(snapshot.nodes)
+    jobs = dict(snapshot.jobs)
+    changed = False
+    for record in records.values():
+        job = snapshot.jobs.get(record.job_id)
+        if (
+            record.state is not S.PINNED
+            or not record.nodes
+            or job is None
+            or not job.is_pending
+            or not same_incarnation(record, job)
+        ):
+            continue
+        changed = True
+        names = tuple(n for n in expand(record.nodes) if n in nodes)
+        jobs[job.job_id] = dataclasses.replace(
+            job, state=JobState.RUNNING, nodes=names, start_time=now
+        )
+        for name in names:
+            node = nodes[name]
+            gpus = node.gpus_total if job.exclusive else job.gpus_per_node
+            alloc = min(node.gpus_total, node.gpus_alloc + gpus)
+            nodes[name] = dataclasses.replace(node, gpus_alloc=alloc)
+    if not changed:
+        return snapshot
+    return ClusterSnapshot.build(
+        snapshot.taken_at,
+        nodes.values(),
+        jobs.values(),
+        snapshot.partitions.values(),
+        snapshot.slurm_version,
+        snapshot.source,
+    )
 
 
 def live_records(store: Store) -> list[ManagedJob]:
@@ -351,6 +400,8 @@ class Reconciler:
                     elastic_max_nodes=elastic[1] if elastic else None,
                     now=now,
                 )
+        except LeaseLost:
+            raise  # not the leader any more: the cycle stops here
         except SlurmoptError as exc:
             self._note(result, job.job_id, f"not registered: {exc}", logging.WARNING)
             return

@@ -16,6 +16,7 @@ import networkx as nx
 
 from slurmopt.errors import UsageError
 from slurmopt.fabric.core import Fabric
+from slurmopt.hostlist import MAX_NAMES
 
 
 def _names(prefix: str, count: int, min_width: int = 1) -> list[str]:
@@ -25,8 +26,14 @@ def _names(prefix: str, count: int, min_width: int = 1) -> list[str]:
 
 def _positive(**values: float) -> None:
     for key, value in values.items():
-        if value <= 0:
-            raise UsageError(f"{key} must be positive, got {value}")
+        if not math.isfinite(value) or value <= 0:
+            raise UsageError(f"{key} must be a finite positive number, got {value}")
+
+
+def _within(what: str, count: int) -> None:
+    """Refuse a shape larger than any fabric description may be (:data:`MAX_NAMES`)."""
+    if count > MAX_NAMES:
+        raise UsageError(f"{what}: {count} is more than {MAX_NAMES}")
 
 
 def _link(bandwidth_gbps: float, oversubscription: float = 1.0) -> dict[str, float]:
@@ -80,6 +87,9 @@ def leaf_spine(
         oversubscription=oversubscription,
         bandwidth_gbps=bandwidth_gbps,
     )
+    _within("nodes", num_nodes)
+    _within("spines", spines)
+    _within("leaf-spine links", math.ceil(num_nodes / nodes_per_leaf) * spines)
     leaves = _names("leaf", math.ceil(num_nodes / nodes_per_leaf))
     spine_names = ["spine"] if spines == 1 else _names("spine", spines)
     graph = nx.Graph(name="leaf-spine")
@@ -127,8 +137,11 @@ def fat_tree(
         core_oversubscription=core_oversubscription,
         bandwidth_gbps=bandwidth_gbps,
     )
+    _within("nodes", num_nodes)
     num_leaves = math.ceil(num_nodes / nodes_per_leaf)
     num_pods = math.ceil(num_leaves / leaves_per_pod)
+    _within("leaf uplinks", num_leaves * aggs_per_pod)
+    _within("core links", num_pods * aggs_per_pod * cores_per_plane)
     leaves = _names("leaf", num_leaves)
     pod_names = _names("p", num_pods)
     aggs = [[f"agg-{pod}-{j + 1}" for j in range(aggs_per_pod)] for pod in pod_names]
@@ -196,6 +209,9 @@ def dragonfly_plus(
         bandwidth_gbps=bandwidth_gbps,
         global_oversubscription=global_oversubscription,
     )
+    _within("nodes", groups * leaves_per_group * nodes_per_leaf)
+    _within("links in groups", groups * leaves_per_group * spines_per_group)
+    _within("global links", spines_per_group * groups * (groups - 1) // 2)
     group_names = _names("g", groups)
     leaf_names = [_names(f"leaf-{g}-", leaves_per_group) for g in group_names]
     spine_names = [_names(f"spine-{g}-", spines_per_group) for g in group_names]

@@ -12,6 +12,7 @@ slurmopt's YAML format is the place to describe real link speeds.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Collection, Iterable, Iterator, Mapping
@@ -24,13 +25,17 @@ import yaml
 
 from slurmopt.errors import FabricError
 from slurmopt.fabric.core import Fabric
-from slurmopt.hostlist import HostlistError, expand
+from slurmopt.hostlist import MAX_NAMES, HostlistError, expand
 
 #: Bandwidth given to links whose speed the description does not state.
 DEFAULT_BANDWIDTH_GBPS = 200.0
 
 #: Name of the switch that joins the blocks of a topology/block description.
 BLOCK_ROOT = "block-root"
+
+#: The most YAML values a fabric file may hold once its aliases are expanded (an alias bomb
+#: of a few lines would otherwise expand to billions).
+MAX_YAML_VALUES = MAX_NAMES
 
 
 @dataclass
@@ -65,13 +70,32 @@ def _read(path: str | Path) -> str:
         raise FabricError(f"cannot read: {exc.strerror or exc}", str(path)) from None
 
 
-def _hostlist(expr: str, what: str, path: str | None, line: int | None) -> list[str]:
+class _Budget:
+    """Names and links one fabric description may still name: :data:`MAX_NAMES` in all."""
+
+    def __init__(self) -> None:
+        self.left = MAX_NAMES
+
+    def take(self, count: int, what: str, path: str | None, line: int | None) -> None:
+        if count > self.left:
+            raise FabricError(
+                f"{what}: the fabric names more than {MAX_NAMES} nodes, switches and links",
+                path,
+                line,
+            )
+        self.left -= count
+
+
+def _hostlist(
+    expr: str, what: str, path: str | None, line: int | None, budget: _Budget
+) -> list[str]:
     try:
-        names = expand(expr)
+        names = expand(expr, budget.left)
     except HostlistError as exc:
         raise FabricError(f"{what}: {exc}", path, line) from None
     if not names and expr.strip():
         raise FabricError(f"{what}: bad hostlist {expr!r}", path, line)
+    budget.take(len(names), what, path, line)
     return names
 
 
@@ -270,6 +294,7 @@ def parse_topology_conf(
     switches: list[_Switch] = []
     blocks: list[_Switch] = []
     block_sizes: list[int] = []
+    budget = _Budget()
     for line, statement in _conf_statements(text):
         pairs = _key_values(statement, path, line, strict=True)
         first_key, first_value = pairs[0]
@@ -290,14 +315,16 @@ def parse_topology_conf(
             extra = set(values) - {"nodes"}
             if extra:
                 raise FabricError(f"unknown key {sorted(extra)[0]!r} for a block", path, line)
-            nodes = _hostlist(values.get("nodes", ""), f"block {first_value}", path, line)
+            nodes = _hostlist(values.get("nodes", ""), f"block {first_value}", path, line, budget)
             blocks.append(_Switch(first_value, line, nodes=nodes))
             continue
         if "switchname" in values or "blockname" in values:
             raise FabricError("two names in one statement", path, line)
         sw = _Switch(first_value, line)
-        sw.nodes = _hostlist(values.get("nodes", ""), f"switch {first_value}", path, line)
-        sw.children = _hostlist(values.get("switches", ""), f"switch {first_value}", path, line)
+        sw.nodes = _hostlist(values.get("nodes", ""), f"switch {first_value}", path, line, budget)
+        sw.children = _hostlist(
+            values.get("switches", ""), f"switch {first_value}", path, line, budget
+        )
         if "linkspeed" in values:
             try:
                 sw.attrs["link_speed"] = int(values["linkspeed"])
@@ -337,6 +364,7 @@ def parse_scontrol_topology(
     ignored, since newer Slurm releases add fields to this output.
     """
     where = "scontrol show topology"
+    budget = _Budget()
     records: list[tuple[int, dict[str, str]]] = []
     for line, statement in _conf_statements(text):
         if "=" not in statement.split()[0]:
@@ -348,7 +376,9 @@ def parse_scontrol_topology(
             _Switch(
                 rec["blockname"],
                 line,
-                nodes=_hostlist(rec.get("nodes", ""), f"block {rec['blockname']}", where, line),
+                nodes=_hostlist(
+                    rec.get("nodes", ""), f"block {rec['blockname']}", where, line, budget
+                ),
             )
             for line, rec in blocks
         ]
@@ -361,14 +391,14 @@ def parse_scontrol_topology(
     lowest: dict[str, tuple[int, _Switch]] = {}
     for line, rec in switch_records:
         sw = _Switch(rec["switchname"], line)
-        sw.children = _hostlist(rec.get("switches", ""), f"switch {sw.name}", where, line)
+        sw.children = _hostlist(rec.get("switches", ""), f"switch {sw.name}", where, line, budget)
         try:
             level = int(rec.get("level", "0"))
         except ValueError:
             raise FabricError(f"bad Level {rec['level']!r}", where, line) from None
         if "linkspeed" in rec and rec["linkspeed"].isdigit():
             sw.attrs["link_speed"] = int(rec["linkspeed"])
-        for node in _hostlist(rec.get("nodes", ""), f"switch {sw.name}", where, line):
+        for node in _hostlist(rec.get("nodes", ""), f"switch {sw.name}", where, line, budget):
             seen = lowest.get(node)
             if seen is None or level < seen[0]:
                 lowest[node] = (level, sw)
@@ -387,11 +417,51 @@ def parse_scontrol_topology(
 # -- YAML ----------------------------------------------------------------------------------
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing recursive aliases and documents that aliases blow up.
+
+    Each composed value's size (itself and everything under it, aliases
+    counted in full) is kept, so a document whose expansion passes
+    :data:`MAX_YAML_VALUES` fails while it is composed, before anything walks it.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._sizes: dict[int, int] = {}
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            target = self.anchors.get(event.anchor)
+            if target is not None and id(target) not in self._sizes:
+                raise yaml.composer.ComposerError(
+                    None, None, f"alias *{event.anchor} refers to itself", event.start_mark
+                )
+        node = super().compose_node(parent, index)
+        if node is not None and id(node) not in self._sizes:
+            children: list[yaml.Node] = []
+            if isinstance(node, yaml.SequenceNode):
+                children = list(node.value)
+            elif isinstance(node, yaml.MappingNode):
+                children = [n for pair in node.value for n in pair]
+            size = 1 + sum(self._sizes.get(id(c), 1) for c in children)
+            if size > MAX_YAML_VALUES:
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"more than {MAX_YAML_VALUES} values once aliases are expanded",
+                    node.start_mark,
+                )
+            self._sizes[id(node)] = size
+        return node
+
+
 class _Yaml:
     """Typed access to a composed YAML document that keeps every value's line for errors."""
 
     def __init__(self, path: str | None) -> None:
         self.path = path
+        self.budget = _Budget()
         self._constructor = yaml.constructor.SafeConstructor()
 
     @staticmethod
@@ -403,7 +473,9 @@ class _Yaml:
 
     def compose(self, text: str) -> yaml.Node | None:
         try:
-            return yaml.compose(text, Loader=yaml.SafeLoader)
+            return yaml.compose(text, Loader=_Loader)
+        except RecursionError:
+            raise FabricError("bad YAML: nested too deeply", self.path) from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -434,19 +506,28 @@ class _Yaml:
     def scalar(self, node: yaml.Node, what: str) -> Any:
         if not isinstance(node, yaml.ScalarNode):
             raise self.fail(f"{what} must be a single value", node)
-        return self._constructor.construct_object(node)
+        try:
+            return self._constructor.construct_object(node)
+        except Exception:  # PyYAML's tag constructors fail in many ways on bad values
+            raise self.fail(
+                f"{what}: cannot read {node.tag} value {node.value[:40]!r}", node
+            ) from None
 
     def string(self, node: yaml.Node, what: str) -> str:
         value = self.scalar(node, what)
-        if isinstance(value, bool) or value is None or value == "":
+        if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
             raise self.fail(f"{what} must be a name", node)
         return str(value)
 
     def number(self, node: yaml.Node, what: str) -> float:
+        """A finite number above 0 (bandwidths and ratios: NaN or infinity would poison sums)."""
         value = self.scalar(node, what)
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise self.fail(f"{what} must be a positive number", node)
-        return float(value)
+        number = float(min(value, math.inf))  # an int past float's range is infinite too
+        if not math.isfinite(number):
+            raise self.fail(f"{what} must be a positive number, not {number}", node)
+        return number
 
     def boolean(self, node: yaml.Node, what: str) -> bool:
         value = self.scalar(node, what)
@@ -458,7 +539,7 @@ class _Yaml:
         """A hostlist string, or a list of hostlist strings."""
         if isinstance(node, yaml.SequenceNode):
             return [n for item in node.value for n in self.hostlist(item, what)]
-        return _hostlist(self.string(node, what), what, self.path, self.line(node))
+        return _hostlist(self.string(node, what), what, self.path, self.line(node), self.budget)
 
 
 def _slurm_yaml_fabric(
@@ -602,6 +683,8 @@ def _fabric_yaml(
         if "switch" not in s:
             raise doc.fail("switch entry without a 'switch' name", item)
         names = doc.hostlist(s["switch"], "switch")
+        if not names:
+            raise doc.fail("switch names no switch", s["switch"])
         nodes = doc.hostlist(s["nodes"], f"nodes of {names[0]}") if "nodes" in s else []
         if len(nodes) % len(names):
             raise doc.fail(
@@ -639,12 +722,14 @@ def _fabric_yaml(
             raise doc.fail("a link needs exactly one of between, mesh", item)
         if "mesh" in fields:
             members = doc.hostlist(fields["mesh"], "mesh")
+            doc.budget.take(len(members) * (len(members) - 1) // 2, "mesh", doc.path, line)
             pairs = [(a, b) for i, a in enumerate(members) for b in members[i + 1 :]]
         else:
             ends = doc.sequence(fields["between"], "between")
             if len(ends) != 2:
                 raise doc.fail("between needs two hostlists of switches", fields["between"])
             side_a, side_b = (doc.hostlist(end, "between") for end in ends)
+            doc.budget.take(len(side_a) * len(side_b), "between", doc.path, line)
             pairs = [(a, b) for a in side_a for b in side_b]
         peer_links.extend(_PeerLink(a, b, line, attrs) for a, b in pairs)
 

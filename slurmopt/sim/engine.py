@@ -36,7 +36,7 @@ from slurmopt.sim.cluster import SimCluster
 from slurmopt.sim.comm import CommModel, Stretcher
 from slurmopt.sim.metrics import JobOutcome, Sample, SimResult
 from slurmopt.sim.schedulers import SIM_PREEMPTION, Scheduler
-from slurmopt.sim.traces import Trace, TraceJob
+from slurmopt.sim.traces import Trace, TraceError, TraceJob
 
 
 @dataclass
@@ -104,6 +104,11 @@ class _Agent:
         self.last, self.again, self.changed_at = at, tested, None
 
 
+def _finite_job(job: TraceJob) -> bool:
+    """True when the job's times can be reached and summed (readers refuse the others)."""
+    return math.isfinite(job.submit_s) and math.isfinite(job.duration_s) and job.duration_s >= 0
+
+
 @dataclass
 class Simulation:
     """One trace replayed on one fabric under one scheduler; :meth:`run` returns the metrics."""
@@ -117,6 +122,12 @@ class Simulation:
     progress: Callable[[int, int], None] | None = None
 
     def run(self) -> SimResult:
+        bad = next((j for j in self.trace.jobs if not _finite_job(j)), None)
+        if bad is not None:  # a NaN submit time would never be reached: the loop would not end
+            raise TraceError(
+                f"job {bad.job_id}: submit time and duration must be finite numbers",
+                self.trace.path,
+            )
         cluster = self.cluster
         stretcher = Stretcher(self.comm, cluster.fabric)
         capable = cluster.nodes_with_free

@@ -37,8 +37,6 @@ On every policy the device a share takes is the fullest one it fits on.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import random
 import time
@@ -52,7 +50,14 @@ from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Part
 from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution
 from slurmopt.policy.plan import Policy, plan
 from slurmopt.sim.schedulers import TreePlacement
-from slurmopt.sim.traces import DEFAULT_GPUS_PER_NODE, TraceError, read_trace
+from slurmopt.sim.traces import (
+    DEFAULT_GPUS_PER_NODE,
+    TraceError,
+    _csv_rows,
+    _read_text,
+    _whole,
+    read_trace,
+)
 
 MILLI = 1000
 FILL_POLICIES = ("best-fit", "slurm-fifo", "slurm-backfill-tree", "slurmopt")
@@ -97,28 +102,17 @@ class Pod:
 
 # -- input -------------------------------------------------------------------------------------
 def _rows(path: str, required: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TraceError(f"cannot read: {exc}", path) from None
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in required if c not in (reader.fieldnames or [])]
-    if missing:
-        raise TraceError(f"missing column(s) {', '.join(missing)}", path, 1)
-    return [(reader.line_num, row) for row in reader]
+    return list(_csv_rows(_read_text(path), path, required))
 
 
 def _int(row: dict[str, str], key: str, path: str, line: int, default: int | None = None) -> int:
-    raw = (row.get(key) or "").strip()
-    if not raw and default is not None:
+    if not row.get(key) and default is not None:
         return default
-    try:
-        value = int(float(raw))
-    except ValueError:
-        raise TraceError(f"{key} is not a number: {raw!r}", path, line) from None
-    if value < 0:
-        raise TraceError(f"{key} must be >= 0, got {raw!r}", path, line)
-    return value
+    return _whole(row, key, path, line)
+
+
+#: The most GPUs a node of a node list may have: the fill keeps one entry per GPU.
+MAX_GPUS_PER_NODE = 1024
 
 
 def read_node_list(path: str | Path) -> list[NodeSpec]:
@@ -126,6 +120,8 @@ def read_node_list(path: str | Path) -> list[NodeSpec]:
     name = str(path)
     nodes = []
     for line, row in _rows(name, ("gpu",)):
+        if _int(row, "gpu", name, line) > MAX_GPUS_PER_NODE:
+            raise TraceError(f"gpu must be at most {MAX_GPUS_PER_NODE}", name, line)
         nodes.append(
             NodeSpec(
                 gpus=_int(row, "gpu", name, line),

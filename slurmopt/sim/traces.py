@@ -51,6 +51,16 @@ LIMIT_LADDER_S = (
 
 DEFAULT_GPUS_PER_NODE = 8
 
+#: The largest time or duration a trace may give, in seconds (about 317 years, past any epoch
+#: stamp of this era): larger values are typos or garbage, and would overflow the metrics' sums.
+MAX_SECONDS = 1e10
+
+#: The largest count (GPUs, nodes, priority, limit) a trace may give: Slurm's 32-bit fields.
+MAX_COUNT = 2**32 - 1
+
+#: The most jobs a synthetic workload may have (a trace file is bounded by its size).
+MAX_SYNTHETIC_JOBS = 1_000_000
+
 FORMATS = ("philly-sia", "itp", "tiresias", "openb", "sacct", "sacct-json", "csv", "synthetic")
 
 
@@ -158,7 +168,8 @@ class _Tally:
 # -- CSV plumbing ------------------------------------------------------------------------------
 def _read_text(path: str) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        # utf-8-sig: spreadsheets save CSV with a byte-order mark that would hide in a column name
+        return Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise TraceError("no such file", path) from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -198,15 +209,19 @@ def _number(row: Mapping[str, str], key: str, path: str, line: int) -> float:
         value = float(raw)
     except ValueError:
         raise TraceError(f"{key} is not a number: {raw!r}", path, line) from None
-    if not math.isfinite(value) or value < 0:
-        raise TraceError(f"{key} must be a finite number >= 0, got {raw!r}", path, line)
+    if not 0 <= value <= MAX_SECONDS:  # NaN fails too
+        raise TraceError(
+            f"{key} must be a finite number from 0 to {MAX_SECONDS:g}, got {raw!r}", path, line
+        )
     return value
 
 
 def _whole(row: Mapping[str, str], key: str, path: str, line: int) -> int:
     value = _number(row, key, path, line)
-    if not value.is_integer():
-        raise TraceError(f"{key} must be a whole number, got {row[key]!r}", path, line)
+    if not value.is_integer() or value > MAX_COUNT:
+        raise TraceError(
+            f"{key} must be a whole number from 0 to {MAX_COUNT}, got {row[key]!r}", path, line
+        )
     return int(value)
 
 
@@ -289,9 +304,15 @@ _TRES_GPU = re.compile(r"(?:^|,)gres/gpu(?::[^=,]+)?=(\d+)")
 
 
 def _tres_gpus(text: str) -> int:
-    """GPUs in an ``AllocTRES`` string; typed entries (``gres/gpu:h100=8``) are the same GPUs."""
-    counts = [int(m) for m in _TRES_GPU.findall(text)]
-    return max(counts, default=0)
+    """GPUs in an ``AllocTRES`` string; typed entries (``gres/gpu:h100=8``) are the same GPUs.
+
+    ValueError for a count above :data:`MAX_COUNT`.
+    """
+    counts = [int(m) if len(m) <= 10 else MAX_COUNT + 1 for m in _TRES_GPU.findall(text)]
+    most = max(counts, default=0)
+    if most > MAX_COUNT:
+        raise ValueError(f"GPU count in {_short(text)} is above {MAX_COUNT}")
+    return most
 
 
 def _sacct(text: str, path: str, tally: _Tally) -> list[_Raw]:
@@ -301,12 +322,14 @@ def _sacct(text: str, path: str, tally: _Tally) -> list[_Raw]:
         try:
             submit, start, end = (_sacct_time(row[k]) for k in ("Submit", "Start", "End"))
             limit = slurm_duration_s(row["Timelimit"])
-        except ValueError as exc:
+            if limit is not None and limit > MAX_SECONDS:
+                raise ValueError(f"Timelimit {row['Timelimit']!r} is above {MAX_SECONDS:g} s")
+            gpus = _tres_gpus(row["AllocTRES"])
+        except (ValueError, OverflowError) as exc:
             raise TraceError(str(exc), path, line) from None
         if submit is None or start is None or end is None or end < start:
             tally.skip("never ran or still running")
             continue
-        gpus = _tres_gpus(row["AllocTRES"])
         if gpus == 0:
             tally.skip("no GPUs")
             continue
@@ -319,25 +342,51 @@ def _sacct(text: str, path: str, tally: _Tally) -> list[_Raw]:
     return out
 
 
-def _json_number(value: Any) -> float | None:
-    """A plain number or Slurm's ``{set, infinite, number}``; None when unset or infinite."""
+def _json_number(value: Any, what: str) -> float | None:
+    """A plain number or Slurm's ``{set, infinite, number}``; None when unset or infinite.
+
+    ValueError for anything else, and for a number that is not finite or not
+    from 0 to :data:`MAX_SECONDS` (json reads ``NaN`` and ``Infinity``).
+    """
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, int | float):
-        return float(value)
     if isinstance(value, dict):
         if value.get("infinite") or not value.get("set", True):
             return None
-        return _json_number(value.get("number"))
-    raise ValueError(f"expected a number, got {value!r}")
+        return _json_number(value.get("number"), what)
+    if not isinstance(value, int | float):
+        raise ValueError(f"{what}: expected a number, got {_short(value)}")
+    if not 0 <= value <= MAX_SECONDS:  # NaN fails too
+        raise ValueError(f"{what}: expected a number from 0 to {MAX_SECONDS:g}, got {value!r}")
+    return float(value)
+
+
+def _json_whole(value: Any, what: str) -> int | None:
+    """A whole number (plain or Slurm's ``{set, infinite, number}``) up to :data:`MAX_COUNT`."""
+    number = _json_number(value, what)
+    if number is None:
+        return None
+    if not number.is_integer() or number > MAX_COUNT:
+        raise ValueError(f"{what}: expected a whole number from 0 to {MAX_COUNT}, got {value!r}")
+    return int(number)
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` cut to fit on one line of an error."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _json_gpus(job: Mapping[str, Any]) -> int:
     tres = job.get("tres") or {}
     items = tres.get("allocated") if isinstance(tres, dict) else None
-    for item in items or []:
+    if not isinstance(items, list):
+        items = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise ValueError(f"tres.allocated: expected objects, got {_short(item)}")
         if item.get("type") == "gres" and str(item.get("name", "")).split(":")[0] == "gpu":
-            return int(item.get("count") or 0)
+            return _json_whole(item.get("count"), "GPU count") or 0
     for key in ("tres_alloc_str", "tres_req_str"):
         if isinstance(job.get(key), str):
             return _tres_gpus(job[key])
@@ -349,6 +398,8 @@ def _sacct_json(text: str, path: str, tally: _Tally) -> list[_Raw]:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceError(f"not JSON: {exc.msg}", path, exc.lineno) from None
+    except RecursionError:
+        raise TraceError("not a sacct --json document: nested too deeply", path) from None
     jobs = doc.get("jobs") if isinstance(doc, dict) else None
     if not isinstance(jobs, list):
         raise TraceError("expected an object with a 'jobs' list (sacct --json)", path)
@@ -359,24 +410,26 @@ def _sacct_json(text: str, path: str, tally: _Tally) -> list[_Raw]:
             if not isinstance(job, dict):
                 raise ValueError("expected an object")
             times = job.get("time") or {}
-            submit = _json_number(times.get("submission"))
-            start = _json_number(times.get("start"))
-            end = _json_number(times.get("end"))
-            limit_min = _json_number(times.get("limit"))
-            nodes = _json_number(job.get("allocation_nodes", job.get("node_count")))
-            prio = _json_number(job.get("priority")) or 0
+            if not isinstance(times, dict):
+                raise ValueError(f"time: expected an object, got {_short(times)}")
+            submit = _json_number(times.get("submission"), "time.submission")
+            start = _json_number(times.get("start"), "time.start")
+            end = _json_number(times.get("end"), "time.end")
+            limit_min = _json_whole(times.get("limit"), "time.limit")
+            nodes = _json_whole(job.get("allocation_nodes", job.get("node_count")), "nodes")
+            prio = _json_whole(job.get("priority"), "priority") or 0
+            gpus = _json_gpus(job)
         except ValueError as exc:
             raise TraceError(str(exc), path, where) from None
         if not submit or not start or not end or end < start:
             tally.skip("never ran or still running")
             continue
-        gpus = _json_gpus(job)
         if gpus == 0:
             tally.skip("no GPUs")
             continue
         k = int(nodes or 1)
         per_node = gpus // k if gpus % k == 0 else None
-        limit = None if limit_min is None else int(limit_min * 60)
+        limit = None if limit_min is None else limit_min * 60
         out.append(
             _Raw(submit, end - start, gpus, k if per_node else None, per_node, int(prio), limit)
         )
@@ -478,21 +531,33 @@ def _synthetic(text: str, path: str, tally: _Tally) -> list[_Raw]:
             mix.append((int(gpus), float(weight)))
     except ValueError as exc:
         raise TraceError(f"synthetic: bad number ({exc})", path) from None
-    if jobs < 1 or median <= 0 or sigma < 0 or not 0 <= share <= 1 or not 0 <= elastic <= 1:
+    if (
+        not 1 <= jobs <= MAX_SYNTHETIC_JOBS
+        or not 0 < median <= MAX_SECONDS
+        or not 0 <= sigma <= 10
+        or not 0 <= share <= 1
+        or not 0 <= elastic <= 1
+    ):  # NaN fails every comparison
         raise TraceError(
-            "synthetic: jobs >= 1, duration_s > 0, sigma >= 0, 0 <= preemptible <= 1 and "
-            "0 <= elastic <= 1",
+            f"synthetic: 1 <= jobs <= {MAX_SYNTHETIC_JOBS}, 0 < duration_s <= {MAX_SECONDS:g}, "
+            "0 <= sigma <= 10, 0 <= preemptible <= 1 and 0 <= elastic <= 1",
             path,
         )
-    if not mix or any(g < 1 or w < 0 for g, w in mix) or sum(w for _, w in mix) <= 0:
-        raise TraceError("synthetic: mix needs GPUS:WEIGHT pairs, GPUS >= 1, some weight > 0", path)
+    if (
+        not mix
+        or any(not 1 <= g <= MAX_COUNT or not 0 <= w <= MAX_SECONDS for g, w in mix)
+        or sum(w for _, w in mix) <= 0
+    ):
+        raise TraceError(
+            "synthetic: mix needs GPUS:WEIGHT pairs, GPUS >= 1, finite weights, some > 0", path
+        )
     rng = random.Random(seed)
     sizes, weights = [g for g, _ in mix], [w for _, w in mix]
     out = []
     at = 0.0
     for _ in range(jobs):
         at += rng.expovariate(1.0)
-        duration = max(60.0, rng.lognormvariate(math.log(median), sigma))
+        duration = min(max(60.0, rng.lognormvariate(math.log(median), sigma)), MAX_SECONDS)
         size = rng.choices(sizes, weights)[0]
         preemptible = rng.random() < share
         is_elastic = rng.random() < elastic

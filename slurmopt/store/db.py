@@ -31,7 +31,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from slurmopt.errors import SlurmoptError
@@ -360,6 +360,27 @@ def _sqlite_setup(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+#: PostgreSQL ends a session left idle inside a transaction this long (seconds), rolling it
+#: back: a daemon stopped (SIGSTOP, a hung host) mid-transaction must not keep the lease row
+#: locked past the lease, or the standby's takeover would wait on it for ever.  Shorter than
+#: the shortest lease (10 s); no transaction of slurmopt's waits on anything but the database.
+PG_IDLE_IN_TRANSACTION_S = 5.0
+
+
+def _postgresql_setup(engine: Engine) -> None:
+    """Each connection: ``idle_in_transaction_session_timeout`` (see above)."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        ms = int(PG_IDLE_IN_TRANSACTION_S * 1000)
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"SET idle_in_transaction_session_timeout = {ms}")
+        finally:
+            cursor.close()
+        dbapi_connection.commit()
+
+
 #: Modes of a store the daemon creates: the daemon's user writes, its group (the readers of
 #: ``explain``, ``status``, ``preemptions``) reads, nobody else sees the plans.
 STORE_DIR_MODE = 0o2750  # setgid: the database and its -wal/-shm files keep the group
@@ -421,6 +442,8 @@ class Store:
             raise StoreError(f"cannot use database URL {url!r}: {exc}") from exc
         if self.is_sqlite:
             _sqlite_setup(self.engine)
+        elif parsed.get_backend_name() == "postgresql":
+            _postgresql_setup(self.engine)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         #: Set by the acting daemon: every transition then checks it (see :class:`Fence`).
         self.fence: Fence | None = None
@@ -451,7 +474,9 @@ class Store:
         """The alembic configuration, built in code: no ``alembic.ini`` is needed."""
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS_DIR))
-        config.set_main_option("sqlalchemy.url", self.url.render_as_string(hide_password=False))
+        # configparser interpolates '%': escape the URL's (a %-encoded password, socket path).
+        url = self.url.render_as_string(hide_password=False).replace("%", "%%")
+        config.set_main_option("sqlalchemy.url", url)
         return config
 
     def upgrade(self, revision: str = "head") -> None:
@@ -461,7 +486,7 @@ class Store:
             with self.engine.begin() as connection:
                 config.attributes["connection"] = connection
                 command.upgrade(config, revision)
-        except OperationalError as exc:
+        except DatabaseError as exc:  # also a file that is not a database at all
             raise StoreError(f"cannot migrate {self.describe()}: {exc.orig}") from exc
 
     def describe(self) -> str:
@@ -577,8 +602,9 @@ class Store:
 
     # -- heartbeat -------------------------------------------------------------------------
     def beat(self, name: str, holder: str, now: float, detail: str = "") -> None:
-        """Record that ``holder`` running component ``name`` was alive at ``now``."""
+        """Record that ``holder`` running component ``name`` was alive at ``now`` (fenced)."""
         with self.begin() as session:
+            check_fence(session)
             row = session.get(Heartbeat, name)
             if row is None:
                 session.add(Heartbeat(name=name, holder=holder, at=now, detail=detail))
@@ -599,10 +625,11 @@ class Store:
         ``gone`` row.  A busy cluster's plan mostly repeats itself between two
         cycles, so this is what keeps the store small.  With
         :attr:`change_only` off every line is written (the old behaviour,
-        kept for the benchmark's baseline).  Returns the plan id.
+        kept for the benchmark's baseline).  Returns the plan id.  Fenced, as transitions.
         """
         lines = _plan_lines(plan)
         with self.begin() as session:
+            check_fence(session)
             previous_id = session.scalar(select(func.max(PlanRecord.id)))
             cached = self._plan_lines
             if previous_id is None:
@@ -728,8 +755,9 @@ class Store:
             return session.get(ManagedJob, job_id)
 
     def record_fragmentation(self, report: FragmentationReport) -> int:
-        """Store a report's headline figures at its snapshot time; returns the sample id."""
+        """Store a report's headline figures at its snapshot time (fenced); returns its id."""
         with self.begin() as session:
+            check_fence(session)
             sample = FragmentationSample(
                 at=report.taken_at,
                 partition=report.partition,

@@ -9,10 +9,13 @@ tag in front of the user's comment.  Keeping this pure is what lets the
 unit tests pin the argument list against golden files; running sbatch is
 the command's job (:mod:`slurmopt.cli.submit`).
 
-slurmopt's own options can also sit in the script, on ``#SOPT`` lines read
-by the same rules as ``#SBATCH`` lines: sbatch ignores those, where it would
-reject ``#SBATCH --elastic`` (and ``#SLURMOPT``: sbatch refuses every line
-that starts with ``#SLURM`` as a misspelt ``#SBATCH``).
+``--preemptible`` and ``--elastic`` can also sit in the script, on ``#SOPT``
+lines read by the same rules as ``#SBATCH`` lines: sbatch ignores those,
+where it would reject ``#SBATCH --elastic`` (and ``#SLURMOPT``: sbatch
+refuses every line that starts with ``#SLURM`` as a misspelt ``#SBATCH``).
+``--template`` cannot: a template replaces the batch script, so naming one
+inside a batch script would throw away that script's ``#SBATCH`` lines.
+An unmatched quote on either kind of line is an error naming the line.
 """
 
 from __future__ import annotations
@@ -282,8 +285,8 @@ def _script_options(text: str, script_name: str) -> tuple[list[Option], list[Opt
     try:
         sbatch_lines = script_directives(text, "#SBATCH")
         own_lines = script_directives(text, OWN_PREFIX)
-    except DirectiveError:
-        return [], []  # sbatch stops on it with its own message
+    except DirectiveError as exc:  # skipping the line would drop the options on it unseen
+        raise UsageError(f"{script_name}:{exc.lineno}: {exc}") from None
     sbatch_opts: list[Option] = []
     for line in sbatch_lines:
         split = split_args(line.words, extra_long=OWN_OPTIONS, exact_only=OWN_OPTIONS)
@@ -303,7 +306,16 @@ def _script_options(text: str, script_name: str) -> tuple[list[Option], list[Opt
             word = " ".join(stray[0].tokens) if stray else split.rest[0]
             raise UsageError(
                 f"{script_name}:{line.lineno}: {word!r} is not a slurmopt option "
-                f"({OWN_PREFIX} lines take only --template, --preemptible, --elastic)"
+                f"({OWN_PREFIX} lines take only --preemptible, --elastic)"
+            )
+        template = next((o for o in split.options if o.name == "template"), None)
+        if template is not None:
+            # The template renders the batch script: from inside one it would drop the
+            # script's #SBATCH lines and run the script itself as the program.
+            raise UsageError(
+                f"{script_name}:{line.lineno}: {' '.join(template.tokens)} cannot be a "
+                f"{OWN_PREFIX} line: a template replaces the batch script; give it on the "
+                "command line with your program (slurmopt submit --template NAME ... train.py)"
             )
         own_opts.extend(split.options)
     return sbatch_opts, own_opts

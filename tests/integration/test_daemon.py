@@ -105,13 +105,15 @@ class DaemonRun:
             f'heartbeat_path = "{heartbeat}"\nheartbeat_max_age_s = {max_age}\npin_timeout_s = 30\n'
         )
         self.proc: subprocess.Popen[bytes] | None = None
-        slurm.env["PYTHONPATH"] = str(REPO)  # the CLI the tests run is this tree's
         self.plugin = "JobSubmitPlugins=lua" in Path(slurm.conf).read_text()
+        # The daemon runs this checkout's code, whatever is installed.
+        path = os.pathsep.join(p for p in (str(REPO), slurm.env.get("PYTHONPATH", "")) if p)
+        self.env = {**slurm.env, "PYTHONPATH": path}
 
     def start(self, hook: str | None = None) -> None:
         """Start the daemon; ``hook`` puts a fault at a named point of it
         (``SLURMOPT_TEST_HOOK``, see ``slurmopt/daemon/fenced.py``): ``kill@before:pin``..."""
-        env = {**self.slurm.env, "PYTHONPATH": str(REPO)}
+        env = dict(self.env)
         env.pop(HOOK_ENV, None)
         if hook is not None:
             env[HOOK_ENV] = hook
@@ -128,7 +130,7 @@ class DaemonRun:
                 "1",
                 "--enforce",
             ],
-            env=env,
+            env=self.env,
             stdout=log,
             stderr=log,
         )

@@ -176,6 +176,11 @@ def test_benchmark_under_torchrun_writes_groups_and_node_map(tmp_path: Path) -> 
         (8, 2, "nccl"),
         (8, 8, "nccl"),
         (8, 9, "gloo"),
+        *[
+            (gpus, ranks, "nccl" if 0 < ranks <= gpus else "gloo")
+            for gpus in (0, 1, 8)
+            for ranks in (1, 2, 8)
+        ],
     ],
 )
 def test_backend_is_nccl_only_with_a_gpu_per_rank(

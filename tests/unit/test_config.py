@@ -191,6 +191,11 @@ def test_tables_are_rejected(tmp_path: Path) -> None:
         ("metrics_port = 70000", "metrics_port"),
         ('managed_partitions = "gpu"', "managed_partitions"),
         ("managed_partitions = [1, 2]", "managed_partitions"),
+        ('managed_partitions = ["a,b"]', "managed_partitions"),
+        ('managed_partitions = ["gpu long"]', "managed_partitions"),
+        ('managed_partitions = ["a=b"]', "managed_partitions"),
+        ("heartbeat_max_age_s = 3601", "heartbeat_max_age_s"),
+        ("heartbeat_max_age_s = 1e9", "heartbeat_max_age_s"),
         ('backend = "slurmdbd"', "backend"),
         ('log_level = "loud"', "log_level"),
         ('rest_url = "localhost:6820"', "rest_url"),
@@ -357,3 +362,26 @@ def test_planner_keys_reach_the_daemons_policy(tmp_path: Path) -> None:
 def test_bad_planner_key_is_named(tmp_path: Path, text: str, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         load_config(_write(tmp_path, text + "\n"), env={})
+
+
+def test_deeply_nested_toml_is_one_error(tmp_path: Path) -> None:
+    path = _write(tmp_path, "a = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_config(path, env={})
+
+
+def test_node_name_starts_the_daemons_holder_identity(tmp_path: Path) -> None:
+    import os
+    import socket
+
+    from slurmopt.daemon.loop import default_holder
+
+    path = _write(tmp_path, 'node_name = "ctl-a"\n')
+    assert load_config(path, env={}).node_name == "ctl-a"
+    assert load_config(path, env={"SLURMOPT_NODE_NAME": "ctl-b"}).node_name == "ctl-b"
+    node, pid, _boot, _start = default_holder("ctl-b").split(":")
+    assert (node, pid) == ("ctl-b", str(os.getpid()))
+    assert default_holder().split(":")[0] == socket.gethostname()
+    for bad in ("ctl:a", "ctl a", "ctl\na"):
+        with pytest.raises(ConfigError, match="node_name"):
+            Config(node_name=bad)

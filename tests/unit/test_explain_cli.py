@@ -179,6 +179,19 @@ def test_the_store_comes_from_the_config_unless_db_is_given(
 def test_a_bad_job_id_is_a_usage_error() -> None:
     assert invoke("explain", "abc").exit_code == 2
     assert invoke("explain", "0").exit_code == 2
+    # Slurm's ids are 32-bit: a longer one names no job (and overflowed SQLite's integers)
+    assert invoke("explain", "99999999999999999999").exit_code == 2
+    assert invoke("explain", "4294967294").exit_code == 2
+
+
+def test_a_file_that_is_not_a_database_is_one_store_error(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(bytes(range(256)) * 16)
+    result = invoke("explain", "5", "--db", f"sqlite:///{garbage}")
+    assert isinstance(result.exception, StoreError)
+    assert "file is not a database" in str(result.exception)
+    with pytest.raises(StoreError, match="file is not a database"):
+        Store.open(f"sqlite:///{garbage}")
 
 
 def test_the_installed_command_prints_one_line_for_an_unknown_job(db_url: str) -> None:

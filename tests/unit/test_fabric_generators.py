@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import pytest
 
 from slurmopt.errors import UsageError
@@ -97,3 +100,19 @@ def test_dragonfly_plus_shape_and_hops() -> None:
 def test_bad_generator_arguments() -> None:
     with pytest.raises(UsageError, match="nodes_per_leaf"):
         leaf_spine(8, 0)
+
+
+@pytest.mark.parametrize(
+    ("build", "words"),
+    [
+        (lambda: leaf_spine(99_999_999_999, 8), "nodes: 99999999999 is more than 1000000"),
+        (lambda: leaf_spine(16, 8, oversubscription=math.nan), "finite positive"),
+        (lambda: dragonfly_plus(100_000, 100, 100, 1), "is more than 1000000"),
+        (lambda: dragonfly_plus(2_000, 1, 1, 1), "global links"),
+    ],
+)
+def test_shapes_past_the_cap_or_not_finite_are_refused(
+    build: Callable[[], object], words: str
+) -> None:
+    with pytest.raises(UsageError, match=words):
+        build()

@@ -272,6 +272,39 @@ BAD_FILES = [
         8,
         "gpu2 is under two switches",
     ),
+    # Inputs that once crashed or exhausted memory: each is now one line.
+    ("huge-range.conf", "SwitchName=s1 Nodes=n[0-99999999]\n", 1, "names more than 1000000"),
+    ("three-part-range.conf", "SwitchName=s1 Nodes=n[1-2-3]\n", 1, "bad range '1-2-3'"),
+    (
+        "huge-mesh.yaml",
+        "switches:\n  - switch: s[0-50000]\nlinks:\n  - mesh: s[0-50000]\n",
+        4,
+        "more than 1000000 nodes, switches and links",
+    ),
+    (
+        "alias-bomb.yaml",
+        "switches:\n  - switch: s1\n    nodes: &a [n1, n1, n1, n1, n1, n1, n1, n1, n1]\n"
+        + "".join(
+            f"  - switch: t{i}\n    nodes: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n"
+            for i in range(8)
+        ),
+        15,
+        "once aliases are expanded",
+    ),
+    ("recursive-alias.yaml", "switches: &a\n  - *a\n", 2, "refers to itself"),
+    ("no-switch-names.yaml", "switches:\n  - switch: []\n", 2, "names no switch"),
+    ("binary-tag.yaml", "switches:\n  - switch: !!binary 'x!'\n", 2, "cannot read tag"),
+    ("timestamp-tag.yaml", "switches:\n  - switch: !!timestamp 'x'\n", 2, "cannot read tag"),
+    *[
+        (
+            f"{value}-bandwidth.yaml",
+            f"node_links: {{bandwidth_gbps: .{value}}}\nswitches:\n  - switch: s1\n",
+            1,
+            f"must be a positive number, not {value}",
+        )
+        for value in ("nan", "inf")
+    ],
+    ("deep.yaml", "switches: " + "[" * 5000 + "]" * 5000 + "\n", None, "nested too deeply"),
 ]
 
 

@@ -1,4 +1,7 @@
-"""Fencing: a daemon that lost the lease mid-cycle acts on nothing more, and the store agrees."""
+"""Fencing: a daemon that lost the lease mid-cycle acts on nothing more, and the store agrees.
+
+The lease and fencing tests run on a SQLite file and on PostgreSQL (``store_url``).
+"""
 
 from __future__ import annotations
 
@@ -19,10 +22,12 @@ from tests.fakes.slurm import NOW, FakeSlurm
 from tests.unit.test_daemon_fakes import config, held_job, two_leaves
 
 
-def _daemon(tmp_path: Path, client: FakeSlurm, holder: str, **kw: Any) -> Daemon:
+def _daemon(
+    tmp_path: Path, client: FakeSlurm, holder: str, url: str | None = None, **kw: Any
+) -> Daemon:
     _, fabric = two_leaves()
     # Each daemon has its own connection to the one database, as two processes would.
-    store = Store.open(f"sqlite:///{tmp_path / 'd.db'}")
+    store = Store.open(url or f"sqlite:///{tmp_path / 'd.db'}")
     return Daemon(
         config(tmp_path, **kw),
         client,
@@ -33,10 +38,12 @@ def _daemon(tmp_path: Path, client: FakeSlurm, holder: str, **kw: Any) -> Daemon
     )
 
 
-def test_a_leader_paused_in_a_slow_scontrol_stops_at_its_next_write(tmp_path: Path) -> None:
+def test_a_leader_paused_in_a_slow_scontrol_stops_at_its_next_write(
+    tmp_path: Path, store_url: str
+) -> None:
     client = FakeSlurm(two_leaves()[0], [])
-    first = _daemon(tmp_path, client, "host:1")
-    second = _daemon(tmp_path, client, "host:2")
+    first = _daemon(tmp_path, client, "host:1", store_url)
+    second = _daemon(tmp_path, client, "host:2", store_url)
     assert first.cycle().mode is Mode.ENFORCING
     client.jobs[7] = held_job(7)
     client.jobs[8] = held_job(8)
@@ -67,10 +74,78 @@ def test_a_leader_paused_in_a_slow_scontrol_stops_at_its_next_write(tmp_path: Pa
     assert read_heartbeat(tmp_path / "heartbeat", now=client.clock, max_age_s=30).enforcing
 
 
-def test_a_transition_under_a_stale_token_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pause_in", ["snapshot", "register"])
+def test_a_leader_paused_where_it_writes_nothing_to_slurm_still_stops(
+    tmp_path: Path, store_url: str, pause_in: str
+) -> None:
+    """Paused after its snapshot, or before registering a new job: it plans and writes nothing."""
+    client = FakeSlurm(two_leaves()[0], [])
+    first = _daemon(tmp_path, client, "host:1", store_url)
+    second = _daemon(tmp_path, client, "host:2", store_url)
+    assert first.cycle().mode is Mode.ENFORCING
+    if pause_in == "register":  # a new job under the plugin's hold, seen by the first only
+        client.jobs[7] = held_job(7, reason="JobHeldUser")
+    read = client.snapshot
+    seen: dict[str, Any] = {}
+
+    def paused() -> ClusterSnapshot:
+        snapshot = read()
+        client.snapshot = read  # type: ignore[method-assign]
+        client.clock += first.lease_ttl_s + 1
+        hidden = client.jobs.pop(7, None)
+        assert second.cycle().mode is Mode.ENFORCING
+        if hidden is not None:
+            client.jobs[7] = hidden
+        seen["heartbeat"] = (tmp_path / "heartbeat").read_text()
+        seen["status"] = second.store.last_beat("daemon")
+        seen["plan"] = second.store.latest_plan()
+        return snapshot
+
+    client.snapshot = paused  # type: ignore[method-assign]
+    result = first.cycle()
+    assert result.mode is Mode.STANDBY and result.error and "no longer held" in result.error
+    assert first.fence is None
+    # The new leader's heartbeat, status record and last plan are the last ones written.
+    assert (tmp_path / "heartbeat").read_text() == seen["heartbeat"]
+    status = second.store.last_beat("daemon")
+    assert status is not None and status.holder == seen["status"].holder == "host:2"
+    plan = second.store.latest_plan()
+    assert plan is not None and plan.id == seen["plan"].id
+    assert client.count("hold", 7) == 0 and second.store.managed_job(7) is None
+
+
+def test_a_leader_back_after_another_held_the_lease_is_not_degraded_by_its_stamps(
+    tmp_path: Path,
+) -> None:
+    client = FakeSlurm(two_leaves()[0], [])
+    first = _daemon(tmp_path, client, "host:1", managed_partitions=("gpu",))
+    second = _daemon(tmp_path, client, "host:2", managed_partitions=("gpu",))
+    assert first.cycle().mode is Mode.ENFORCING
+    client.clock += first.lease_ttl_s + 1  # the first pauses past its lease
+    assert second.cycle().mode is Mode.ENFORCING
+    assert first.cycle().mode is Mode.STANDBY
+    # A job the plugin stamps with the second daemon's heartbeat, which then stops.
+    client.clock += 5
+    seq = second.stamps.last_seq
+    client.jobs[9] = held_job(
+        9, admin_comment=f"slurmopt:managed,held,hb={seq}", submit_time=client.clock
+    )
+    client.clock += 1
+    assert second.cycle().mode is Mode.ENFORCING
+    second.shutdown(notify_systemd=False)
+    client.clock += 1
+    assert first.cycle().mode is Mode.ENFORCING, first.reasons
+
+
+def test_a_transition_under_a_stale_token_is_refused(tmp_path: Path, store_url: str) -> None:
     client = FakeSlurm(two_leaves()[0], [held_job(7)])
-    first = _daemon(tmp_path, client, "host:1")
+    first = _daemon(tmp_path, client, "host:1", store_url)
     first.cycle()
+    # The guard extends the lease it checks.
+    client.clock += first.lease_ttl_s - 1
+    first.store.guard()
+    lease = first.store.lease(LEASE_NAME)
+    assert lease is not None and lease.expires_at == client.clock + first.lease_ttl_s
     client.clock += first.lease_ttl_s + 1
     assert first.store.acquire_token(LEASE_NAME, "host:2", 30, client.clock) == 2
     with pytest.raises(LeaseLost):
@@ -82,11 +157,13 @@ def test_a_transition_under_a_stale_token_is_refused(tmp_path: Path) -> None:
         move(first.store, record, ManagedJobState.DONE, "end", "x", "", client.clock)
 
 
-def test_standby_and_advisory_daemons_never_touch_the_heartbeat(tmp_path: Path) -> None:
+def test_standby_and_advisory_daemons_never_touch_the_heartbeat(
+    tmp_path: Path, store_url: str
+) -> None:
     client = FakeSlurm(two_leaves()[0], [])
-    leader = _daemon(tmp_path, client, "host:1")
-    standby = _daemon(tmp_path, client, "host:2")
-    advisory = _daemon(tmp_path, client, "host:3", enforce=False)
+    leader = _daemon(tmp_path, client, "host:1", store_url)
+    standby = _daemon(tmp_path, client, "host:2", store_url)
+    advisory = _daemon(tmp_path, client, "host:3", store_url, enforce=False)
     leader.cycle()
     before = (tmp_path / "heartbeat").read_text()
     assert standby.cycle().mode is Mode.STANDBY

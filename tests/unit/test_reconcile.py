@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,7 +10,6 @@ import pytest
 
 from slurmopt.daemon.loop import Daemon, Mode
 from slurmopt.daemon.reconcile import PIN_IN_FLIGHT_S, PIN_NOT_APPLIED, PIN_TIMEOUT
-from slurmopt.hostlist import expand, fold
 from slurmopt.model import Job, JobState
 from slurmopt.store import ManagedJob, ManagedJobState, Store, history
 from tests.fakes.slurm import FakeCrash, FakeSlurm
@@ -277,21 +277,27 @@ def test_requeued_running_job_waits_again(tmp_path: Path, store: Store) -> None:
     assert client.count("release", 7) == 2
 
 
-def test_nodes_of_a_pin_in_flight_are_not_given_to_another_job(
+def test_a_pin_finished_after_a_takeover_keeps_its_nodes_from_the_next_job(
     tmp_path: Path, store: Store
 ) -> None:
-    # Job 7's pin to one leaf is recorded but never reached Slurm (the daemon died).
-    client, first = _setup(tmp_path, store, [held_job(7, nodes=4)])
-    client.crash_on = "pin"
+    """The new leader releases the old one's pin and plans the rest around its nodes."""
+    nodes, _ = two_leaves()
+    client = FakeSlurm(nodes[:1], [held_job(7), held_job(8)])
+    first = _daemon(tmp_path, store, client, holder="host:1")
+    client.crash_on = "release"  # the leader stops right after its pin of job 7 reached Slurm
     with pytest.raises(FakeCrash):
         first.cycle()
-    pinned = store.managed_job(7)
-    assert pinned is not None and pinned.nodes is not None
-    client.jobs[8] = held_job(8, nodes=4)
+    assert client.count("pin", 7) == 1 and client.count("pin", 8) == 0
     second = _restart(tmp_path, store, client)
+    for _ in range(2):  # the takeover cycle finishes job 7's pin; job 7 has not started yet
+        result = second.cycle()
+        assert result.plan is not None and 8 not in {a.job_id for a in result.plan.actions}
+        client.clock += 1
+    assert client.count("release", 7) == 1 and client.count("pin", 7) == 1
+    assert client.count("pin", 8) == 0, client.calls  # the one node is job 7's
+    client.start(7)
+    client.end(7)
+    client.nodes["a0"] = dataclasses.replace(client.nodes["a0"], gpus_alloc=0)
     second.cycle()
-    # Job 8 goes to the other leaf: the recorded pin still holds its nodes.
-    [(_, _, nodes)] = [c for c in client.calls if c[0] == "pin"]
-    assert client.writes(8, "pin") == 1 and client.writes(8, "release") == 1
-    assert fold(nodes) != pinned.nodes and not set(nodes) & set(expand(pinned.nodes))
-    assert client.writes(7, "pin") == 0 and client.writes_total() == 2
+    second.cycle()
+    assert client.count("pin", 8) == 1 and client.count("release", 8) == 1

@@ -49,7 +49,11 @@ def test_preemptible_share() -> None:
     ("spec", "needle"),
     [
         ("jobz=3", "'jobz=3' is not KEY=VALUE"),
-        ("jobs=0", "jobs >= 1"),
+        ("jobs=0", "1 <= jobs <= 1000000"),
+        ("jobs=100000000", "1 <= jobs <= 1000000"),
+        ("duration_s=inf", "0 < duration_s <= 1e"),
+        ("sigma=nan", "0 <= sigma <= 10"),
+        ("mix=8:inf", "finite weights"),
         ("mix=8", "mix needs GPUS:WEIGHT pairs"),
         ("mix=8:x", "bad number"),
         ("preemptible=2", "preemptible <= 1"),

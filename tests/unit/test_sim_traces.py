@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -120,7 +121,7 @@ def test_missing_file_and_unknown_format_are_one_line_errors(tmp_path: Path) -> 
 def test_bad_json_names_the_job(tmp_path: Path) -> None:
     bad = tmp_path / "s.json"
     bad.write_text('{"jobs": [{"time": {"submission": "soon"}}]}')
-    with pytest.raises(TraceError, match=r"s\.json:jobs\[0\]: expected a number"):
+    with pytest.raises(TraceError, match=r"s\.json:jobs\[0\]: time\.submission: expected a number"):
         read_trace(bad, "sacct-json")
 
 
@@ -179,3 +180,45 @@ def test_scaled_load_means_under_at_and_over_capacity(tmp_path: Path, load: floa
     else:
         # The queue grows by 20% of a job per arrival: the last waits about 200 x 0.2 x 100 s.
         assert waits > 1000 and result.metrics["gpu_allocation_ratio"] > 0.99
+
+
+@pytest.mark.parametrize(
+    ("job", "words"),
+    [
+        ('{"time": {"submission": NaN, "start": 1, "end": 9}}', "time.submission"),
+        ('{"time": {"submission": 1, "start": Infinity, "end": 9}}', "time.start"),
+        ('{"time": {"submission": 1, "start": 2, "end": 1e308}}', "time.end"),
+        ('{"time": {"submission": 1, "start": 2, "end": 9}, "allocation_nodes": 0.5}', "nodes"),
+        (
+            '{"time": {"submission": 1, "start": 2, "end": 9}, '
+            '"tres": {"allocated": [{"type": "gres", "name": "gpu", "count": "8"}]}}',
+            "GPU count",
+        ),
+        ('{"time": [1, 2]}', "time: expected an object"),
+    ],
+)
+def test_json_values_out_of_range_name_the_field(tmp_path: Path, job: str, words: str) -> None:
+    bad = tmp_path / "s.json"
+    bad.write_text('{"jobs": [' + job + "]}")
+    with pytest.raises(TraceError, match=r"jobs\[0\]: " + re.escape(words)):
+        read_trace(bad, "sacct-json")
+
+
+def test_deeply_nested_json_is_one_error(tmp_path: Path) -> None:
+    bad = tmp_path / "deep.json"
+    bad.write_text('{"jobs": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(TraceError, match="nested too deeply"):
+        read_trace(bad, "sacct-json")
+
+
+def test_csv_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
+    bom = tmp_path / "bom.csv"
+    bom.write_text("submit_s,duration_s,gpus\n0,10,1\n5,10,2\n", encoding="utf-8-sig")
+    assert [j.gpus for j in read_trace(bom, "csv").jobs] == [1, 2]
+
+
+def test_csv_durations_past_the_cap_are_refused(tmp_path: Path) -> None:
+    big = tmp_path / "big.csv"
+    big.write_text("submit_s,duration_s,gpus\n0,1e308,1\n")
+    with pytest.raises(TraceError, match="duration_s must be a finite number"):
+        read_trace(big, "csv")

@@ -1,24 +1,27 @@
-"""Leases: one holder at a time across processes sharing a database, until expiry or release."""
+"""Leases: one holder at a time across processes sharing a database, until expiry or release.
+
+Every test runs on a SQLite file and on PostgreSQL (``store_url``).
+"""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from sqlalchemy.exc import DBAPIError
 
-from slurmopt.store import Store
+from slurmopt.store import Fence, Store
 
 LEASE = "actuator"
 
 
 @pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[Store, Store]]:
-    """Two stores on one SQLite file, as two daemons on one host would have."""
-    url = f"sqlite:///{tmp_path / 'slurmopt.db'}"
-    a = Store.open(url)
-    b = Store.open(url)
+def pair(store_url: str) -> Iterator[tuple[Store, Store]]:
+    """Two stores (two connection pools) on one database, as two daemons would have."""
+    a = Store.open(store_url)
+    b = Store(store_url)
     yield a, b
     a.close()
     b.close()
@@ -78,9 +81,23 @@ def test_leases_are_independent_by_name(pair: tuple[Store, Store]) -> None:
     assert b.acquire_lease("metrics", "b", ttl_s=30, now=0.0)
 
 
-def test_racing_holders_get_exactly_one_winner(tmp_path: Path) -> None:
+def test_the_token_grows_by_one_each_time_the_lease_changes_hands(
+    pair: tuple[Store, Store],
+) -> None:
+    a, b = pair
+    assert a.acquire_token(LEASE, "a", ttl_s=10, now=0.0) == 1
+    assert a.acquire_token(LEASE, "a", ttl_s=10, now=5.0) == 1  # kept: same token
+    assert b.acquire_token(LEASE, "b", ttl_s=10, now=9.0) is None
+    assert b.acquire_token(LEASE, "b", ttl_s=10, now=15.0) == 2  # a's expired at 15
+    assert a.acquire_token(LEASE, "a", ttl_s=10, now=16.0) is None
+    assert b.acquire_token(LEASE, "b", ttl_s=10, now=30.0) == 3  # its own, but after expiry
+    lease = a.lease(LEASE)
+    assert lease is not None and (lease.holder, lease.token) == ("b", 3)
+
+
+def test_racing_holders_get_exactly_one_winner(store_url: str) -> None:
     """Eight stores (eight connections) race for a new lease at the same instant."""
-    url = f"sqlite:///{tmp_path / 'slurmopt.db'}"
+    url = store_url
     Store.open(url).close()
     stores = [Store(url) for _ in range(8)]
     results: list[bool] = [False] * len(stores)
@@ -102,3 +119,33 @@ def test_racing_holders_get_exactly_one_winner(tmp_path: Path) -> None:
     finally:
         for s in stores:
             s.close()
+
+
+@pytest.mark.postgres
+def test_a_holder_stopped_inside_a_transaction_does_not_block_the_takeover(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL ends the stopped holder's transaction, so its row lock cannot outlive it."""
+    from slurmopt.store import db
+
+    monkeypatch.setattr(db, "PG_IDLE_IN_TRANSACTION_S", 1.0)
+    a, b = Store.open(pg_url), Store(pg_url)
+    assert a.acquire_token(LEASE, "a", ttl_s=10, now=0.0) == 1
+    fence = Fence(LEASE, "a", 1, 10, clock=lambda: 5.0)
+    stuck = a.sessions()
+    stuck.begin()
+    fence.check(stuck)  # the lease row is locked until this transaction ends; a stops here
+    taken: list[int | None] = []
+    started = time.monotonic()
+    racer = threading.Thread(target=lambda: taken.append(b.acquire_token(LEASE, "b", 10, 20.0)))
+    racer.start()
+    racer.join(timeout=20)
+    try:
+        assert taken == [2], "the takeover waited on the stopped holder's lock"
+        assert time.monotonic() - started < 10
+        with pytest.raises(DBAPIError):  # a, resumed, finds its transaction gone
+            fence.check(stuck)
+    finally:
+        stuck.close()
+        a.close()
+        b.close()

@@ -1,4 +1,4 @@
-"""The migrations build the schema the models describe, on SQLite files in ``tmp_path``."""
+"""The migrations build the schema the models describe, on SQLite files and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -96,6 +96,29 @@ def test_open_again_keeps_data_and_migrates_an_old_database(tmp_path: Path) -> N
         assert set(sa.inspect(migrated.engine).get_table_names()) >= TABLES
     finally:
         migrated.close()
+
+
+def _tables(store: Store) -> set[str]:
+    return set(sa.inspect(store.engine).get_table_names())
+
+
+def test_migrations_go_up_to_head_down_to_base_and_up_again(store_url: str) -> None:
+    store = Store.open(store_url)
+    try:
+        assert _tables(store) == TABLES | {"alembic_version"}
+        assert _diff(store) == []  # the database's own types match the models
+        store.beat("daemon", "host-a:1", 100.0)
+        config = store.alembic_config()
+        with store.engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "base")
+        assert _tables(store) == {"alembic_version"}
+        store.upgrade()
+        assert _tables(store) == TABLES | {"alembic_version"}
+        assert _diff(store) == []
+        assert store.acquire_token("enforcer", "host-a:1", 10, 0.0) == 1
+    finally:
+        store.close()
 
 
 def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(tmp_path: Path) -> None:
