@@ -227,8 +227,10 @@ def test_a_requeue_from_before_the_signal_does_not_finish_the_preemption(
 # -- smaller rules, each found unguarded by mutation testing (docs/testing.md) ------------------
 def test_every_fenced_write_reaches_slurm_with_its_arguments() -> None:
     from slurmopt.daemon.fenced import FencedClient
+    from slurmopt.slurm.base import SlurmClient
 
     fake = FakeSlurm(two_leaves()[0], [held_job(7)])
+    assert isinstance(fake, SlurmClient)  # the shared fake is a whole client
     guarded: list[int] = []
     client = FencedClient(fake, lambda: guarded.append(1))
     client.hold(7)
