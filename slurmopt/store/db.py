@@ -451,13 +451,9 @@ class Store:
         self.change_only = True
         #: The last plan this store wrote and its lines by job, to diff the next one against.
         self._plan_lines: tuple[int, dict[int, list[dict[str, Any]]]] | None = None
-        #: When each job's current lines were written (this process's writes only).
+        #: When each job's current lines were written (this process's writes only), so a
+        #: job that keeps waiting is written again only after :data:`WAITING_REWRITE_S`.
         self._stored_at: dict[int, float] = {}
-        #: A waiting job whose lines change while it keeps waiting the same way (the same
-        #: kinds of line) is written again at most this often: thousands of queued jobs flip
-        #: between reasons as single nodes fill and free, and reservations shift every cycle.
-        #: A start, or a job that gains or loses a reservation, is written at once.
-        self.waiting_rewrite_s = WAITING_REWRITE_S
 
     @classmethod
     def open(cls, url: str | None = None, *, echo: bool = False, create: bool = True) -> Store:
@@ -653,12 +649,12 @@ class Store:
             stored: dict[int, list[dict[str, Any]]] = {}
             for job_id, job_lines in lines.items():
                 old = before.get(job_id)
-                if self.change_only and old is not None and (
-                    _same_lines(old, job_lines)
-                    or (
-                        _waiting_kinds(old) == _waiting_kinds(job_lines) is not None
-                        and plan.now - self._stored_at.get(job_id, -math.inf)
-                        < self.waiting_rewrite_s
+                if (
+                    self.change_only
+                    and old is not None
+                    and (
+                        _same_lines(old, job_lines)
+                        or self._still_waiting(job_id, old, job_lines, plan.now)
                     )
                 ):
                     stored[job_id] = old
@@ -677,6 +673,21 @@ class Store:
         for job_id in self._stored_at.keys() - stored.keys():
             del self._stored_at[job_id]
         return plan_id
+
+    def _still_waiting(
+        self, job_id: int, old: list[dict[str, Any]], new: list[dict[str, Any]], now: float
+    ) -> bool:
+        """The job waits the same way as when last written, and that was recently.
+
+        Thousands of queued jobs flip between reasons as single nodes fill and
+        free, and reservations shift every cycle: such a job is written again
+        only every :data:`WAITING_REWRITE_S`.  A start, or a job that gains or
+        loses a reservation (other kinds of line), is written at once.
+        """
+        kinds = _waiting_kinds(new)
+        if kinds is None or kinds != _waiting_kinds(old):
+            return False
+        return now - self._stored_at.get(job_id, -math.inf) < WAITING_REWRITE_S
 
     def decisions(self, plan_id: int) -> list[Decision]:
         """Every line of one recorded plan: lines carried from earlier plans first, then its own."""

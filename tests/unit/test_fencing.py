@@ -19,23 +19,16 @@ from slurmopt.errors import ConfigError
 from slurmopt.model import ClusterSnapshot
 from slurmopt.store import LeaseLost, ManagedJobState, Store, history
 from tests.fakes.slurm import NOW, FakeSlurm
-from tests.unit.test_daemon_fakes import config, held_job, two_leaves
+from tests.unit.test_daemon import _daemon as daemon_on
+from tests.unit.test_daemon_fakes import held_job, two_leaves
 
 
 def _daemon(
     tmp_path: Path, client: FakeSlurm, holder: str, url: str | None = None, **kw: Any
 ) -> Daemon:
-    _, fabric = two_leaves()
-    # Each daemon has its own connection to the one database, as two processes would.
+    """A daemon with its own connection to the one database, as two processes would have."""
     store = Store.open(url or f"sqlite:///{tmp_path / 'd.db'}")
-    return Daemon(
-        config(tmp_path, **kw),
-        client,
-        store,
-        holder=holder,
-        clock=lambda: client.clock,
-        fabric_loader=lambda _c, _s: fabric,
-    )
+    return daemon_on(tmp_path, store, client, holder, **kw)
 
 
 def test_a_leader_paused_in_a_slow_scontrol_stops_at_its_next_write(
