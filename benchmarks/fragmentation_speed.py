@@ -7,8 +7,8 @@ node count), and times (a) building the fabric and (b) producing the report,
 each the median of several repetitions.  Peak RSS is the child's own
 ``ru_maxrss``, so sizes never share a heap.
 
-    python benchmarks/fragmentation_speed.py           # table, then one JSON object
-    python benchmarks/fragmentation_speed.py --json    # the JSON object only
+    python -m benchmarks.fragmentation_speed           # table, then one JSON object
+    python -m benchmarks.fragmentation_speed --json    # the JSON object only
 
 Targets at 4,096 nodes: report under 1 s, peak RSS under 500 MB.
 """
@@ -18,15 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
 from typing import Any
 
-from synthetic import (
+from benchmarks.synthetic import (
     GPUS_PER_NODE,
     LEAVES_PER_POD,
     NODES_PER_LEAF,
+    child_json,
     peak_rss_mb,
     synthetic_snapshot,
 )
@@ -34,7 +33,6 @@ from synthetic import (
 JOBS_AT_4096 = 3000
 TARGET_SECONDS = 1.0
 TARGET_MB = 500.0
-
 
 
 def _median_seconds(fn: Any, reps: int) -> tuple[float, Any]:
@@ -92,11 +90,12 @@ def main() -> None:
 
     results = []
     for size in (int(s) for s in args.sizes.split(",")):
-        argv = [sys.executable, __file__, "--child", str(size), "--reps", str(args.reps)]
-        proc = subprocess.run(
-            [*argv, "--seed", str(args.seed)], capture_output=True, text=True, check=True
+        results.append(
+            child_json(
+                "fragmentation_speed",
+                *("--child", str(size), "--reps", str(args.reps), "--seed", str(args.seed)),
+            )
         )
-        results.append(json.loads(proc.stdout))
 
     summary: dict[str, Any] = {"benchmark": "fragmentation_speed", "results": results}
     by_size = {r["nodes"]: r for r in results}

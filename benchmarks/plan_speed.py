@@ -6,8 +6,8 @@ at 4,096 nodes, scaled by node count) with finite time limits, and a
 pending queue of 1-8 GPU and multi-node jobs.  The pass time is the median
 of several passes; peak RSS is the child's own ``ru_maxrss``.
 
-    python benchmarks/plan_speed.py           # tables, then one JSON object
-    python benchmarks/plan_speed.py --json    # the JSON object only
+    python -m benchmarks.plan_speed           # tables, then one JSON object
+    python -m benchmarks.plan_speed --json    # the JSON object only
 
 Reported: the 4,096-node / 10,000-pending headline (``median_pass_s``,
 ``peak_rss_mb``), pass time as nodes grow (pending fixed at 10,000) and as
@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
 from typing import Any
 
-from synthetic import (
+from benchmarks.synthetic import (
     LEAVES_PER_POD,
     NODES_PER_LEAF,
+    child_json,
     peak_rss_mb,
     synthetic_snapshot,
 )
@@ -78,10 +77,9 @@ def run_child(num_nodes: int, num_pending: int, reps: int, seed: int) -> dict[st
 
 
 def _child(nodes: int, pending: int, reps: int, seed: int) -> dict[str, Any]:
-    argv = [sys.executable, __file__, "--child", f"{nodes},{pending}", "--reps", str(reps)]
-    proc = subprocess.run([*argv, "--seed", str(seed)], capture_output=True, text=True, check=True)
-    out: dict[str, Any] = json.loads(proc.stdout)
-    return out
+    return child_json(
+        "plan_speed", "--child", f"{nodes},{pending}", "--reps", str(reps), "--seed", str(seed)
+    )
 
 
 def _series(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

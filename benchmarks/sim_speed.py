@@ -8,9 +8,9 @@ run is the whole trace (82,247 jobs; target: under 3 minutes), so the target
 is checked by measurement; the growth exponent between the two smallest runs
 is printed beside it.
 
-    python benchmarks/sim_speed.py                  # table, then one JSON object
-    python benchmarks/sim_speed.py --json           # the JSON object only
-    python benchmarks/sim_speed.py --sizes 2000,5000 # no full-trace run
+    python -m benchmarks.sim_speed                  # table, then one JSON object
+    python -m benchmarks.sim_speed --json           # the JSON object only
+    python -m benchmarks.sim_speed --sizes 2000,5000 # no full-trace run
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+from benchmarks.synthetic import child_json
 
 TRACE = (
     Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "philly-sia" / "philly.csv"
@@ -51,10 +51,7 @@ def run_child(jobs: int, trace: str) -> dict[str, Any]:
 
 
 def _child(jobs: int, trace: str) -> dict[str, Any]:
-    argv = [sys.executable, __file__, "--child", str(jobs), "--trace", trace]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=True)
-    out: dict[str, Any] = json.loads(proc.stdout)
-    return out
+    return child_json("sim_speed", "--child", str(jobs), "--trace", trace)
 
 
 def main() -> None:

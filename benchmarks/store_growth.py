@@ -22,9 +22,9 @@ plus one managed-job record and transitions per job started in
 baseline's steady state is that of retention alone; with neither (the
 behaviour before), the store grew without bound at ``baseline.bytes_per_day``.
 
-    python benchmarks/store_growth.py            # table, then one JSON object (about 2 minutes)
-    python benchmarks/store_growth.py --json     # the JSON object only
-    python benchmarks/store_growth.py --cycles 12 --nodes 1024 --pending 2500   # quicker
+    python -m benchmarks.store_growth            # table, then one JSON object (about 2 minutes)
+    python -m benchmarks.store_growth --json     # the JSON object only
+    python -m benchmarks.store_growth --cycles 12 --nodes 1024 --pending 2500   # quicker
 """
 
 from __future__ import annotations
@@ -40,8 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import insert
-from synthetic import GPUS_PER_NODE, LEAVES_PER_POD, NODES_PER_LEAF, NOW, synthetic_snapshot
 
+from benchmarks.synthetic import (
+    GPUS_PER_NODE,
+    LEAVES_PER_POD,
+    NODES_PER_LEAF,
+    NOW,
+    synthetic_snapshot,
+)
 from slurmopt.config import Config
 from slurmopt.fabric.generators import fat_tree
 from slurmopt.model import ClusterSnapshot, JobState, NodeState

@@ -7,11 +7,18 @@ that finds no room stays pending.  About 1% of nodes are drained.
 
 from __future__ import annotations
 
+import json
 import random
 import resource
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
 
+#: The repository root: where ``python -m benchmarks.X`` finds the package.
+ROOT = Path(__file__).resolve().parents[1]
 GPUS_PER_NODE = 8
 NODES_PER_LEAF = 16
 LEAVES_PER_POD = 16
@@ -29,6 +36,18 @@ JOB_MIX = [
     (0.01, 16, 8),
 ]
 LIMITS_S = [1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600]
+
+
+def child_json(module: str, *args: str) -> dict[str, Any]:
+    """Run ``python -m benchmarks.MODULE ARGS`` from the repository root; its JSON on stdout.
+
+    Each measurement runs in a fresh process, so one's memory and caches never
+    flatter the next.
+    """
+    argv = [sys.executable, "-m", f"benchmarks.{module}", *args]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=ROOT)
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
 
 
 def peak_rss_mb() -> float:

@@ -1,6 +1,5 @@
 """Ratios against the baseline, the targets they meet, and the measured cause of each miss."""
 
-
 from __future__ import annotations
 
 import math
@@ -228,8 +227,6 @@ def across_windows(
     return out
 
 
-
-
 CAUSE_KINDS = (
     ("a tie", "a tie (within 0.5%)"),
     ("load too low", "load too low to queue"),
@@ -257,8 +254,6 @@ def cause_kind(reason: str) -> str:
     return "no single cause visible"
 
 
-
-
 def _fmt_share(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
@@ -269,8 +264,6 @@ def _fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, float):
         return f"{value:,.{digits}g}" if abs(value) < 100 else f"{value:,.0f}"
     return f"{value:,}" if isinstance(value, int) else str(value)
-
-
 
 
 def lever_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -288,8 +281,6 @@ def lever_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 ratios = {m: ratio(ours.get(m), base.get(m)) for m in LEVER_METRICS}
                 out.append({"label": label, "load": load, "policy": name, "ratios": ratios})
     return out
-
-
 
 
 def _geomean(values: Iterable[float | None]) -> float | None:

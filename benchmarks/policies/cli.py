@@ -1,6 +1,5 @@
 """The benchmark's command line: run every case (or ``--render`` the stored ones), write the doc."""
 
-
 from __future__ import annotations
 
 import argparse

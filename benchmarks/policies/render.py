@@ -1,6 +1,5 @@
 """``docs/benchmarks.md`` from the stored runs: every table, the summary and the verdicts."""
 
-
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -81,8 +80,6 @@ def _summary(comparison: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-
-
 def _metric_table(rows: Sequence[Mapping[str, Any]], label: str, penalty: bool) -> list[str]:
     head = "| load | policy | " + " | ".join(f"`{m}`" for m in METRICS) + " |"
     lines = [head, "|" + "---|" * (len(METRICS) + 2)]
@@ -133,8 +130,6 @@ def _bound_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-
-
 def _table(keys: Sequence[str], metrics: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     """A Markdown table: the ``keys`` columns, then one column per metric name in backticks."""
     lines = [
@@ -143,8 +138,6 @@ def _table(keys: Sequence[str], metrics: Sequence[str], rows: Sequence[Sequence[
     ]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return lines
-
-
 
 
 def _lever_table(

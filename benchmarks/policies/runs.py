@@ -1,6 +1,5 @@
 """Running one case: a trace window on a sized cluster under one policy (or one fill)."""
 
-
 from __future__ import annotations
 
 import csv

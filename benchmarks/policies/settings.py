@@ -1,6 +1,5 @@
 """What the policy benchmark runs: traces and their windows, loads, policies, levers, metrics."""
 
-
 from __future__ import annotations
 
 import sys

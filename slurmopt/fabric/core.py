@@ -67,7 +67,7 @@ class Fabric:
     says where the description came from (a file, Slurm, a generator).
     """
 
-    def __init__(self, graph: nx.Graph, name: str = "", source: str = "") -> None:
+    def __init__(self, graph: nx.Graph[str], name: str = "", source: str = "") -> None:
         self.graph = graph
         self.name = name
         self.source = source
@@ -287,7 +287,7 @@ class Fabric:
         source: str = "",
     ) -> Fabric:
         """A two-level fabric: each leaf's nodes, all leaves under one spine."""
-        g = nx.Graph()
+        g: nx.Graph[str] = nx.Graph()
         if spine is not None:
             g.add_node(spine, kind="switch", level=1)
         for leaf, nodes in leaves.items():

@@ -41,7 +41,7 @@ def _link(bandwidth_gbps: float, oversubscription: float = 1.0) -> dict[str, flo
 
 
 def _attach_nodes(
-    graph: nx.Graph,
+    graph: nx.Graph[str],
     leaves: list[str],
     num_nodes: int,
     nodes_per_leaf: int,
@@ -92,7 +92,7 @@ def leaf_spine(
     _within("leaf-spine links", math.ceil(num_nodes / nodes_per_leaf) * spines)
     leaves = _names("leaf", math.ceil(num_nodes / nodes_per_leaf))
     spine_names = ["spine"] if spines == 1 else _names("spine", spines)
-    graph = nx.Graph(name="leaf-spine")
+    graph: nx.Graph[str] = nx.Graph(name="leaf-spine")
     graph.add_nodes_from(leaves, kind="switch", level=0)
     graph.add_nodes_from(spine_names, kind="switch", level=1)
     up = _link(bandwidth_gbps, oversubscription)
@@ -146,7 +146,7 @@ def fat_tree(
     pod_names = _names("p", num_pods)
     aggs = [[f"agg-{pod}-{j + 1}" for j in range(aggs_per_pod)] for pod in pod_names]
     planes = [_names(f"core-{j + 1}-", cores_per_plane) for j in range(aggs_per_pod)]
-    graph = nx.Graph(name="fat-tree")
+    graph: nx.Graph[str] = nx.Graph(name="fat-tree")
     graph.add_nodes_from(
         ((leaf, {"pod": pod_names[i // leaves_per_pod]}) for i, leaf in enumerate(leaves)),
         kind="switch",
@@ -215,7 +215,7 @@ def dragonfly_plus(
     group_names = _names("g", groups)
     leaf_names = [_names(f"leaf-{g}-", leaves_per_group) for g in group_names]
     spine_names = [_names(f"spine-{g}-", spines_per_group) for g in group_names]
-    graph = nx.Graph(name="dragonfly+")
+    graph: nx.Graph[str] = nx.Graph(name="dragonfly+")
     group_of_leaf: dict[str, str] = {}
     for g, leaves, spines in zip(group_names, leaf_names, spine_names, strict=True):
         graph.add_nodes_from(leaves, kind="switch", level=0, group=g)

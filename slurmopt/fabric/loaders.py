@@ -122,7 +122,7 @@ def _build(
             )
         by_name[sw.name] = sw
 
-    hierarchy = nx.DiGraph()
+    hierarchy: nx.DiGraph[str] = nx.DiGraph()
     hierarchy.add_nodes_from(by_name)
     for sw in switches:
         for child in sw.children:
@@ -181,7 +181,7 @@ def _build(
         kids = list(hierarchy.successors(sw_name))
         level[sw_name] = 1 + max(level[k] for k in kids) if kids else 0
 
-    graph = nx.Graph(name=name)
+    graph: nx.Graph[str] = nx.Graph(name=name)
     uplink_defaults = uplink_defaults or {}
     base_link = {"bandwidth_gbps": DEFAULT_BANDWIDTH_GBPS, "oversubscription": 1.0}
     node_link_base = {**base_link, **(node_link_default or {})}

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.fuzz.sandbox import Driver
 
-_COMMON = {
+_COMMON: dict[str, Any] = {
     "max_examples": 200,
     "deadline": None,
     "database": None,  # nothing written into the checkout

@@ -83,6 +83,11 @@ for line in sys.stdin:
 """
 
 
+def _text(path: Path) -> str:
+    """A child's captured output, or nothing when it wrote none."""
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What a reader did with one input."""
@@ -122,8 +127,7 @@ class Driver:
         self.proc.stdin.write(json.dumps({**request, "out": str(out), "err": str(err)}) + "\n")
         self.proc.stdin.flush()
         answer = json.loads(self.proc.stdout.readline())
-        read = lambda p: p.read_text(errors="replace") if p.exists() else ""  # noqa: E731
-        return Outcome(answer["rc"], read(out), read(err))
+        return Outcome(answer["rc"], _text(out), _text(err))
 
     def cli(self, *argv: str) -> Outcome:
         """``slurmopt ARGV`` in a child (NULs dropped: no real command line can hold one)."""

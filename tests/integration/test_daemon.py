@@ -442,8 +442,9 @@ def test_slurmctld_outage_between_the_pin_record_and_the_pin_acts_on_nothing_the
     daemon.start(hook="stop@before:pin")
     daemon.wait_enforcing()
     job = daemon.submit("--gres=gpu:4", "-t", "2")
-    assert daemon.proc is not None
-    _wait("the daemon to stop right before its pin", lambda: _stopped(daemon.proc.pid), 60)
+    proc = daemon.proc
+    assert proc is not None
+    _wait("the daemon to stop right before its pin", lambda: _stopped(proc.pid), 60)
     record = daemon.record(job)
     assert record is not None and record.state is ManagedJobState.PINNED
     pid = _ctld_pid(run_dir)
@@ -451,7 +452,7 @@ def test_slurmctld_outage_between_the_pin_record_and_the_pin_acts_on_nothing_the
     try:
         os.kill(pid, signal.SIGTERM)
         _wait("slurmctld to exit", lambda: not Path(f"/proc/{pid}").exists(), 60)
-        os.kill(daemon.proc.pid, signal.SIGCONT)  # the pin now meets a dead controller
+        os.kill(proc.pid, signal.SIGCONT)  # the pin now meets a dead controller
         # The refused pin can take longer than the lease; the daemon takes it again, then backs off.
         outage = "Slurm unavailable, acting on nothing"
         _wait("the daemon to record the outage", lambda: outage in daemon.log(), 120)
@@ -460,7 +461,7 @@ def test_slurmctld_outage_between_the_pin_record_and_the_pin_acts_on_nothing_the
         store.close()
         assert beat is not None and outage in beat.detail
         assert not daemon.enforcing()
-        assert daemon.proc.poll() is None
+        assert proc.poll() is None
     finally:
         if _ctld_pid(run_dir) is None:
             _start_ctld(slurm)

@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -196,7 +197,7 @@ def _fault_mid_cycle(
     blocker = _fill_idle_nodes(slurm)
     jobs = [leader.submit(*shape, "-t", "3") for shape in shapes]
     for job in jobs:
-        _wait(f"job {job} under slurmopt's hold", lambda j=job: _held_by_slurmopt(leader, j))
+        _wait(f"job {job} under slurmopt's hold", partial(_held_by_slurmopt, leader, job))
     leader.freeze_after_next_pin()
     slurm.run("scancel", str(blocker))
     _wait("the leader to freeze inside its first pin", lambda: _frozen(leader.pid), 60)

@@ -36,7 +36,8 @@ class MetricsDaemonRun(DaemonRun):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/metrics"
 
-    def start(self) -> None:
+    def start(self, hook: str | None = None) -> None:
+        assert hook is None, "the metrics daemon takes no fault hook"
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         argv = ["daemon", "--config", str(self.config), "--db", self.db, "--interval", "1"]
         self.proc = subprocess.Popen(

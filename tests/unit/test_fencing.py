@@ -239,7 +239,7 @@ def test_the_test_hook_is_inert_unless_set_and_fires_once_at_its_point(
     import slurmopt.daemon.fenced as fenced
 
     sent: list[tuple[int, int]] = []
-    monkeypatch.setattr(fenced.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    monkeypatch.setattr(os, "kill", lambda pid, sig: sent.append((pid, sig)))
     fake = FakeSlurm(two_leaves()[0], [held_job(7)])
     monkeypatch.delenv(fenced.HOOK_ENV, raising=False)
     fenced.FencedClient(fake, lambda: None).pin(7, ["a0"])

@@ -135,7 +135,7 @@ def ctld(tmp_path: Path) -> FakeController:
     return FakeController(tmp_path)
 
 
-GPU_JOB = {"partition": "gpu", "tres_per_node": "gres:gpu:1"}
+GPU_JOB: dict[str, Any] = {"partition": "gpu", "tres_per_node": "gres:gpu:1"}
 
 
 def test_managed_partition_gpu_job_is_held_and_tagged_in_the_admin_comment(
@@ -194,7 +194,7 @@ def test_tagged_job_is_held_whatever_its_partition(ctld: FakeController) -> None
     ],
 )
 def test_elastic_range_never_exceeds_the_submitted_node_count(
-    ctld: FakeController, nodes: dict[str, int], tag: str, copied: str | None
+    ctld: FakeController, nodes: dict[str, Any], tag: str, copied: str | None
 ) -> None:
     ctld.beat()
     admin = ctld.submit(**GPU_JOB, **nodes, comment=f"slurmopt:managed,{tag}")[3]
@@ -227,7 +227,7 @@ def test_an_admins_own_admin_comment_is_kept_after_the_tag(ctld: FakeController)
     ],
 )
 def test_gpu_requests_in_any_form_are_held(
-    ctld: FakeController, gpu_fields: dict[str, str]
+    ctld: FakeController, gpu_fields: dict[str, Any]
 ) -> None:
     ctld.beat()
     assert ctld.submit(partition="gpu", **gpu_fields)[1] == 0
@@ -243,7 +243,7 @@ def test_gpu_requests_in_any_form_are_held(
         {"tres_per_job": "license:matlab:1"},
     ],
 )
-def test_jobs_without_gpus_pass(ctld: FakeController, fields: dict[str, str]) -> None:
+def test_jobs_without_gpus_pass(ctld: FakeController, fields: dict[str, Any]) -> None:
     ctld.beat()
     assert ctld.submit(partition="gpu", comment="slurmopt:managed", **fields)[1:4] == (
         NO_VAL,

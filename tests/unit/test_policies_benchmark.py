@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,7 +91,7 @@ def test_replay_compare_and_render_on_a_fixture() -> None:
 def test_across_windows_takes_the_geometric_mean_and_counts_the_windows_met() -> None:
     traces = [{"label": "t", "trace": "t"}, {"label": "t #2", "trace": "t"}]
     base = {m: None for m in bench.METRICS}
-    comparison = [
+    comparison: list[dict[str, Any]] = [
         {"label": "t", "load": 1.0, "ratios": {**base, "avg_jct_s": 0.5}},
         {"label": "t #2", "load": 1.0, "ratios": {**base, "avg_jct_s": 2.0}},
         {"label": "t", "load": 1.2, "ratios": {**base, "avg_jct_s": 0.9}},
@@ -269,7 +270,7 @@ def test_multinode_wait_shortfall_names_the_gang_that_carries_the_mean() -> None
 
 
 def test_summary_counts_met_cells_and_groups_misses_by_cause() -> None:
-    comparison = [
+    comparison: list[dict[str, Any]] = [
         {"ratios": {"avg_jct_s": 0.9, "avg_stranded_gpus": 0.8}, "missed": {
             "avg_stranded_gpus": "below the packing floor: the target is 2.00 GPUs"}},
         {"ratios": {"avg_jct_s": 1.1, "avg_stranded_gpus": 0.9}, "missed": {

@@ -125,10 +125,10 @@ def test_gang_goes_on_the_leaf_that_holds_it_whole(tmp_path: Path) -> None:
 def test_comm_model_stretches_a_two_leaf_job_more_on_an_oversubscribed_fabric() -> None:
     flat = Stretcher(CommModel(), parse_fabric_spec("fat-tree:4:2"))
     assert flat.factor(["gpu0001", "gpu0002"], 16) == (1.0, 1)
-    assert flat.factor(["gpu0001", "gpu0003"], 16) == (pytest.approx(1.09), 2)
+    assert flat.factor(["gpu0001", "gpu0003"], 16) == pytest.approx((1.09, 2))
     oversub = Stretcher(CommModel(), parse_fabric_spec("fat-tree:4:2:2"))
     # Half the bandwidth across the spine: the communication part takes 2 x 1.6 as long.
-    assert oversub.factor(["gpu0001", "gpu0003"], 16) == (pytest.approx(0.85 + 0.15 * 3.2), 2)
+    assert oversub.factor(["gpu0001", "gpu0003"], 16) == pytest.approx((0.85 + 0.15 * 3.2, 2))
     off = Stretcher(CommModel(enabled=False), parse_fabric_spec("fat-tree:4:2:2"))
     assert off.factor(["gpu0001", "gpu0003"], 16) == (1.0, 2)
 

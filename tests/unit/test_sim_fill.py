@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -96,13 +97,13 @@ def test_one_gpu_pod_goes_where_each_policy_puts_it(policy: str, node: int) -> N
     cluster = FillCluster.build(leaf_spine(2, 2), BIG_AND_SMALL)
     from slurmopt.sim import fill as fill_module
 
-    chooser = {
+    choosers: dict[str, Callable[[FillCluster, Pod], list[int] | None]] = {
         "slurm-fifo": fill_module._first_fit,
         "slurm-backfill-tree": fill_module._Tree(),
         "best-fit": fill_module._best_fit,
         "slurmopt": fill_module._Planner(fill_module.gpu_pod_shapes(pods)),
-    }[policy]
-    assert chooser(cluster, pods[0]) == [node]
+    }
+    assert choosers[policy](cluster, pods[0]) == [node]
 
 
 def test_slurmopt_puts_a_share_on_a_partly_used_device_first() -> None:

@@ -39,7 +39,7 @@ def test_the_documented_read_only_role_reads_everything_and_writes_nothing(
     _cycle(tmp_path, store, enforce=True)
 
     url = make_url(pg_url)
-    schema = url.query["options"].split("search_path=", 1)[1]  # this test's own schema
+    schema = str(url.query["options"]).split("search_path=", 1)[1]  # this test's own schema
     role, password = f"ro_{uuid.uuid4().hex[:12]}", uuid.uuid4().hex
     sql = (
         _snippet()

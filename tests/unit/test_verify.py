@@ -230,7 +230,7 @@ def test_a_slow_leaf_group_alone_blames_the_switch() -> None:
 
 
 def test_expected_bandwidth_follows_the_slowest_link_of_the_fabric() -> None:
-    g = nx.Graph()
+    g: nx.Graph[str] = nx.Graph()
     g.add_node("spine", kind="switch", level=1)
     for leaf, nodes in (("leaf1", ["a", "b"]), ("leaf2", ["c", "d"])):
         g.add_node(leaf, kind="switch", level=0)
