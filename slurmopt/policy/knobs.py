@@ -278,7 +278,10 @@ def lever_variants() -> tuple[tuple[str, str], ...]:
 
 __all__ = [
     "CONFIG_KNOBS",
+    "COUNT",
+    "FLAG",
     "KNOBS",
+    "SHARE",
     "VARIANT_KNOBS",
     "Count",
     "Flag",
