@@ -38,6 +38,7 @@ from types import MappingProxyType
 from typing import Any
 
 from slurmopt.errors import ConfigError
+from slurmopt.policy.knobs import CONFIG_KNOBS, Knob
 from slurmopt.signals import check_signal
 from slurmopt.slurm import BACKENDS
 
@@ -204,17 +205,35 @@ def _real(value: object, expected: str, infinite: str = "must be 0 or more") -> 
     return float(value)
 
 
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {_describe(value)}")
+    return value
+
+
+def _integer(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected an integer, got {_describe(value)}")
+    return value
+
+
+def _knob(knob: Knob, value: object) -> Any:
+    """A planner knob's value: of the TOML type its kind reads, then in the kind's range."""
+    assert knob.kind is not None  # a knob with a config key has a kind (a unit test checks)
+    kind = knob.kind
+    if kind.config_type is bool:
+        return kind.check(_flag(value))
+    if kind.config_type is int:
+        return kind.check(_integer(value))
+    return kind.check(_real(value, kind.expected))
+
+
 def _coerce(key: str, value: object) -> Any:
     """``value`` checked and converted for ``key``; raises ValueError saying what is wrong."""
-    if key == "compact_wait_share":
-        share = _real(value, "a share of the time limit")
-        if share < 0:
-            raise ValueError(f"must be 0 or more, got {value!r}")
-        return share
-    if key in ("enforce", "preempt_enabled", "reserve_one_leaf", "align_ends", "elastic_starts"):
-        if not isinstance(value, bool):
-            raise ValueError(f"expected true or false, got {_describe(value)}")
-        return value
+    if key in CONFIG_KNOBS:
+        return _knob(CONFIG_KNOBS[key], value)
+    if key in ("enforce", "preempt_enabled"):
+        return _flag(value)
     if key in _SECONDS:
         number = _real(value, "a number of seconds", "must be a positive number of seconds")
         if number <= 0:
@@ -224,9 +243,7 @@ def _coerce(key: str, value: object) -> Any:
             raise ValueError(f"must be at most {HEARTBEAT_MAX_AGE_LIMIT_S:g} s, got {value!r}")
         return number
     if key in _HEALTH_INTS:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"expected an integer, got {_describe(value)}")
-        if value < _HEALTH_INTS[key]:
+        if _integer(value) < _HEALTH_INTS[key]:
             raise ValueError(f"must be {_HEALTH_INTS[key]} or more, got {value}")
         return value
     if key in _HEALTH_XID_LISTS:
@@ -242,12 +259,8 @@ def _coerce(key: str, value: object) -> Any:
         if not 0 <= share <= 1:
             raise ValueError(f"must be from 0 to 1, got {value!r}")
         return share
-    if key in ("backfill_depth", "metrics_port"):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"expected an integer, got {_describe(value)}")
-        if key == "backfill_depth" and value < 0:
-            raise ValueError(f"must be 0 or more, got {value}")
-        if key == "metrics_port" and not 0 <= value <= 65535:
+    if key == "metrics_port":
+        if not 0 <= _integer(value) <= 65535:
             raise ValueError(f"must be a TCP port from 1 to 65535, or 0 for none, got {value}")
         return value
     if key == "managed_partitions":

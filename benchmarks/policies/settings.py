@@ -7,6 +7,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmopt.policy.knobs import lever_variants
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_TRACES = REPO.parent / "shared" / "traces"
 DEFAULT_OUT = REPO / "docs"
@@ -16,18 +18,7 @@ POLICIES = ("slurm-fifo", "slurm-backfill-tree", "slurmopt")
 BOUND_POLICIES = ("slurm-backfill-tree", "slurmopt")
 #: Levers measured one at a time (variants of slurmopt, penalty on), beside the default.
 LEVERS = (
-    ("slurmopt:compact_wait_share=none", "gangs wait for one leaf however long"),
-    ("slurmopt:compact_wait_share=0.5", "gangs wait for one leaf up to half their time limit"),
-    (
-        "slurmopt:compact_wait_share=0.1",
-        "gangs wait for one leaf at most a tenth of their time limit, about what spreading costs",
-    ),
-    (
-        "slurmopt:reserve_one_leaf=off",
-        "a gang that cannot start now is reserved at the earliest time on any leaves, as "
-        "Slurm's backfill reserves",
-    ),
-    ("slurmopt:align_ends=off", "no end-time alignment of one-node jobs"),
+    *lever_variants(),  # the planner knobs' own (slurmopt.policy.knobs.KNOBS)
     ("slurmopt:runtime=history", "run times estimated from ended jobs alike"),
     ("slurmopt:runtime=oracle", "true run times (the bound of any prediction)"),
 )

@@ -72,6 +72,7 @@ from slurmopt.health.agent import DrainCap
 from slurmopt.metrics import DaemonMetrics
 from slurmopt.model import ClusterSnapshot, Job
 from slurmopt.policy.fragmentation import fragmentation_report
+from slurmopt.policy.knobs import configured
 from slurmopt.policy.plan import Plan, Policy, plan
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.store import Fence, LeaseLost, ManagedJob, Store
@@ -184,14 +185,8 @@ class Daemon:
 
     @staticmethod
     def policy_for(config: Config) -> Policy:
-        """The planner's knobs from the config keys that set them."""
-        return Policy(
-            backfill_depth=config.backfill_depth,
-            compact_wait_share=config.compact_wait_share,
-            reserve_one_leaf=config.reserve_one_leaf,
-            align_ends=config.align_ends,
-            elastic=config.elastic_starts,
-        )
+        """The planner's knobs from the config keys that set them (``policy.knobs.KNOBS``)."""
+        return configured(config.as_dict())
 
     def __init__(
         self,

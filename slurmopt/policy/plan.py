@@ -26,7 +26,8 @@ from typing import Any, ClassVar
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job, Node, Partition
 from slurmopt.policy.backfill import INFINITY, Timeline
-from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution, queue_shape
+from slurmopt.policy.fragmentation import JobShape, queue_shape
+from slurmopt.policy.knobs import Policy
 from slurmopt.policy.placement import Constraint, choose_leaves, fgd_increase, parse_constraint
 from slurmopt.tag import elastic_range, is_preemptible_comment
 
@@ -137,48 +138,6 @@ class Plan:
             "reservations": [r.to_json() for r in self.reservations],
             "unplaced": [u.to_json() for u in self.unplaced],
         }
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """The planner's knobs.
-
-    ``backfill_depth``: how many jobs that cannot start get a reservation
-    (Slurm's ``bf_max_job_test`` plays the same role); jobs past it simply
-    wait and may not delay any reservation.  ``require_single_leaf``: a gang
-    that fits on one leaf switch waits for one rather than spreading;
-    ``compact_wait_share`` bounds that wait (compare Slurm's ``bf_topopt``;
-    0 by default: the gang's reservation is on one leaf, but it starts now
-    on the fewest leaves when it can):
-    when one leaf frees up only later than this share of the job's time
-    limit from now, the gang starts now on the fewest leaves instead (None:
-    wait however long it takes).
-    ``reserve_one_leaf``: a gang that cannot start now, and fits one leaf, is
-    reserved on the leaf that frees up first, however much later than a block
-    over several leaves (off: the earliest block on the fewest leaves it then
-    needs, as Slurm's backfill reserves; gangs wait less, the jobs behind them
-    more).
-    ``align_ends``: when FGD picks a partly used node for a single-node job,
-    the job goes instead to the partly used node it fits on whose running
-    jobs end closest to its own time limit, so that nodes empty at once
-    rather than leaving a few free GPUs stranded while one job runs on.
-    ``elastic``: a job tagged ``elastic=MIN:MAX`` that cannot start on MAX
-    nodes now starts on the most nodes between MIN and MAX that are free
-    now, when it would finish sooner that way than by waiting for MAX (its
-    time limit is the budget at MIN nodes; the work is taken to scale with
-    the nodes).
-    ``partitions``: the partitions slurmopt places jobs in (None: all).
-    ``job_sizes``: the distribution the FGD measure uses (None: the queue).
-    """
-
-    backfill_depth: int = 100
-    require_single_leaf: bool = True
-    compact_wait_share: float | None = 0.0
-    reserve_one_leaf: bool = True
-    align_ends: bool = True
-    elastic: bool = True
-    partitions: frozenset[str] | None = None
-    job_sizes: JobSizeDistribution | None = None
 
 
 #: Pending reasons (prefixes) for which Slurm itself will not start the job now.

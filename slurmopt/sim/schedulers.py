@@ -32,13 +32,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import networkx as nx
 
 from slurmopt.fabric import Fabric
 from slurmopt.model import Job
 from slurmopt.policy.backfill import INFINITY, Timeline
+from slurmopt.policy.knobs import FLAG, VARIANT_KNOBS, policy_with
 from slurmopt.policy.plan import PlannerCache, Policy, plan, priority_order
 from slurmopt.policy.preemption import (
     PreemptionChoice,
@@ -529,35 +530,26 @@ def make_scheduler(
     raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
 
 
-#: Planner knobs a ``slurmopt:`` variant may set, and how their values read.
-VARIANT_KEYS = (
-    "compact_wait_share",
-    "reserve_one_leaf",
-    "align_ends",
-    "require_single_leaf",
-    "elastic",
-    "backfill_depth",
-)
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
+#: Planner knobs a ``slurmopt:`` variant may set (``slurmopt.policy.knobs.KNOBS``).
+VARIANT_KEYS = tuple(VARIANT_KNOBS)
 
 
 def parse_variant(name: str) -> tuple[Policy, str, bool]:
     """The planner policy and run-time source of ``slurmopt`` or ``slurmopt:KEY=VALUE,...``.
 
-    Keys: ``compact_wait_share`` (a share, or ``none`` to wait without bound),
-    ``reserve_one_leaf``, ``align_ends``, ``require_single_leaf``, ``elastic`` (on/off),
-    ``backfill_depth``
-    (jobs), ``runtime`` (one of :data:`RUNTIMES`), ``preempt`` (on/off: the
-    checkpoint-acknowledged preemption of preemptible jobs).  Raises ValueError with a
-    one-line message naming the bad part.
+    Keys: each of :data:`VARIANT_KEYS`, read as its knob's kind reads text
+    (``compact_wait_share`` a share, or ``none`` to wait without bound; flags
+    on/off; ``backfill_depth`` a whole number of jobs), ``runtime`` (one of
+    :data:`RUNTIMES`), ``preempt`` (on/off: the checkpoint-acknowledged
+    preemption of preemptible jobs).  Raises ValueError with a one-line
+    message naming the bad part.
     """
     if name == "slurmopt":
         return Policy(), "limit", True
     base, _, spec = name.partition(":")
     if base != "slurmopt" or not spec:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     runtime = "limit"
     preempt = True
     for part in spec.split(","):
@@ -565,31 +557,18 @@ def parse_variant(name: str) -> tuple[Policy, str, bool]:
         key, text = key.strip(), text.strip().lower()
         if not eq or not text:
             raise ValueError(f"policy {name!r}: {part!r} is not KEY=VALUE")
-        if key == "runtime":
-            if text not in RUNTIMES:
-                raise ValueError(f"policy {name!r}: runtime must be one of {', '.join(RUNTIMES)}")
-            runtime = text
-        elif key == "preempt":
-            if text not in _TRUE | _FALSE:
-                raise ValueError(f"policy {name!r}: preempt must be on or off, got {text!r}")
-            preempt = text in _TRUE
-        elif key in ("align_ends", "require_single_leaf", "elastic", "reserve_one_leaf"):
-            if text not in _TRUE | _FALSE:
-                raise ValueError(f"policy {name!r}: {key} must be on or off, got {text!r}")
-            values[key] = text in _TRUE
-        elif key == "compact_wait_share":
-            try:
-                share = None if text == "none" else float(text)
-            except ValueError:
-                share = -1.0
-            if share is not None and not 0 <= share < math.inf:
-                raise ValueError(f"policy {name!r}: {key} must be a share >= 0 or none")
-            values[key] = share
-        elif key == "backfill_depth":
-            if not text.isdigit():
-                raise ValueError(f"policy {name!r}: {key} must be a whole number")
-            values[key] = int(text)
-        else:
+        if key not in VARIANT_KNOBS and key not in ("runtime", "preempt"):
             known = ", ".join((*VARIANT_KEYS, "runtime", "preempt"))
             raise ValueError(f"policy {name!r}: unknown key {key!r} (known: {known})")
-    return replace(Policy(), **values), runtime, preempt  # type: ignore[arg-type]
+        try:
+            if key == "runtime":
+                if text not in RUNTIMES:
+                    raise ValueError(f"must be one of {', '.join(RUNTIMES)}, got {text!r}")
+                runtime = text
+            elif key == "preempt":
+                preempt = FLAG.read(text)
+            else:
+                values[VARIANT_KNOBS[key].field] = VARIANT_KNOBS[key].read(text)
+        except ValueError as exc:
+            raise ValueError(f"policy {name!r}: {key} {exc}") from None
+    return policy_with(values), runtime, preempt
