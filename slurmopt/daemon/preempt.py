@@ -66,6 +66,7 @@ from slurmopt.store import (
 )
 from slurmopt.tag import checkpoint_of
 from slurmopt.templates import DEFAULT_SIGNAL
+from slurmopt.words import parse_bool
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +107,9 @@ class PreemptionSettings:
         env = os.environ if environ is None else environ
         overrides: dict[str, object] = {}
         if "SLURMOPT_PREEMPT" in env:
-            overrides["preempt_enabled"] = env["SLURMOPT_PREEMPT"].strip().lower() not in (
-                "0",
-                "false",
-                "no",
+            # Only a false word turns preemption off; any other text leaves it on.
+            overrides["preempt_enabled"] = parse_bool(
+                env["SLURMOPT_PREEMPT"], what="$SLURMOPT_PREEMPT", otherwise=True
             )
         if "SLURMOPT_PREEMPT_SIGNAL" in env:
             overrides["preempt_signal"] = env["SLURMOPT_PREEMPT_SIGNAL"]

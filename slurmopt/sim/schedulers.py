@@ -47,6 +47,7 @@ from slurmopt.policy.preemption import (
     waiting_for_room,
 )
 from slurmopt.sim.cluster import SimCluster
+from slurmopt.words import BoolWordError, parse_bool
 
 POLICIES = ("slurmopt", "slurm-fifo", "slurm-backfill-tree")
 
@@ -538,8 +539,6 @@ VARIANT_KEYS = (
     "elastic",
     "backfill_depth",
 )
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 
 
 def parse_variant(name: str) -> tuple[Policy, str, bool]:
@@ -570,13 +569,19 @@ def parse_variant(name: str) -> tuple[Policy, str, bool]:
                 raise ValueError(f"policy {name!r}: runtime must be one of {', '.join(RUNTIMES)}")
             runtime = text
         elif key == "preempt":
-            if text not in _TRUE | _FALSE:
-                raise ValueError(f"policy {name!r}: preempt must be on or off, got {text!r}")
-            preempt = text in _TRUE
+            try:
+                preempt = parse_bool(text, what=key)
+            except BoolWordError:
+                raise ValueError(
+                    f"policy {name!r}: preempt must be on or off, got {text!r}"
+                ) from None
         elif key in ("align_ends", "require_single_leaf", "elastic", "reserve_one_leaf"):
-            if text not in _TRUE | _FALSE:
-                raise ValueError(f"policy {name!r}: {key} must be on or off, got {text!r}")
-            values[key] = text in _TRUE
+            try:
+                values[key] = parse_bool(text, what=key)
+            except BoolWordError:
+                raise ValueError(
+                    f"policy {name!r}: {key} must be on or off, got {text!r}"
+                ) from None
         elif key == "compact_wait_share":
             try:
                 share = None if text == "none" else float(text)
