@@ -41,6 +41,7 @@ from slurmopt.errors import ConfigError
 from slurmopt.policy.knobs import CONFIG_KNOBS, Knob
 from slurmopt.signals import check_signal
 from slurmopt.slurm import BACKENDS
+from slurmopt.words import BoolWordError, parse_bool
 
 DEFAULT_CONFIG_PATH = "/etc/slurmopt/slurmopt.toml"
 CONFIG_ENV = "SLURMOPT_CONFIG"
@@ -98,9 +99,6 @@ ENV_OVERRIDES: Mapping[str, str] = MappingProxyType(
         **{f"SLURMOPT_{key.upper()}": key for key in HEALTH_KEYS},
     }
 )
-
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
 
 
 @dataclass(frozen=True)
@@ -402,10 +400,10 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 def _from_env(var: str, key: str, text: str) -> Any:
     value: object = text
     if key == "enforce":
-        lowered = text.strip().lower()
-        if lowered not in _TRUE | _FALSE:
-            raise ConfigError(f"${var}: expected 1/0, true/false, yes/no or on/off, got {text!r}")
-        value = lowered in _TRUE
+        try:
+            value = parse_bool(text, what=f"${var}")
+        except BoolWordError as exc:
+            raise ConfigError(str(exc)) from None
     elif key in _SECONDS or key in _HEALTH_FLOATS:
         try:
             value = float(text)

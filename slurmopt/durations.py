@@ -24,18 +24,19 @@ def slurm_duration_s(text: str) -> int | None:
     match = _FORM.fullmatch(text)
     if match is None:
         raise ValueError(f"bad time {text!r}")
-    parts = [int(p) for p in match["rest"].split(":")]
+    try:  # a number past Python's digit limit for int() is as bad as any other
+        parts = [int(p) for p in match["rest"].split(":")]
+        days = int(match["days"] or 0)
+    except ValueError:
+        raise ValueError(f"bad time {text!r}") from None
     if match["days"] is not None:  # days-hours[:minutes[:seconds]]
         h, m, s = (parts + [0, 0])[:3]
-        days = int(match["days"])
-    else:
-        days = 0
-        if len(parts) == 1:  # minutes
-            h, m, s = 0, parts[0], 0
-        elif len(parts) == 2:  # minutes:seconds
-            h, m, s = 0, parts[0], parts[1]
-        else:  # hours:minutes:seconds
-            h, m, s = parts
+    elif len(parts) == 1:  # minutes
+        h, m, s = 0, parts[0], 0
+    elif len(parts) == 2:  # minutes:seconds
+        h, m, s = 0, parts[0], parts[1]
+    else:  # hours:minutes:seconds
+        h, m, s = parts
     return days * 86400 + h * 3600 + m * 60 + s
 
 

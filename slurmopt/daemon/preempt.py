@@ -43,7 +43,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from slurmopt.config import Config
-from slurmopt.daemon.reconcile import next_attempt
 from slurmopt.errors import ConfigError, SlurmCommandError
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job
@@ -61,11 +60,11 @@ from slurmopt.store import (
     ManagedJobState,
     Preemption,
     Store,
-    idempotency_key,
-    transition,
+    record_transition,
 )
 from slurmopt.tag import checkpoint_of
 from slurmopt.templates import DEFAULT_SIGNAL
+from slurmopt.words import parse_bool
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +105,9 @@ class PreemptionSettings:
         env = os.environ if environ is None else environ
         overrides: dict[str, object] = {}
         if "SLURMOPT_PREEMPT" in env:
-            overrides["preempt_enabled"] = env["SLURMOPT_PREEMPT"].strip().lower() not in (
-                "0",
-                "false",
-                "no",
+            # Only a false word turns preemption off; any other text leaves it on.
+            overrides["preempt_enabled"] = parse_bool(
+                env["SLURMOPT_PREEMPT"], what="$SLURMOPT_PREEMPT", otherwise=True
             )
         if "SLURMOPT_PREEMPT_SIGNAL" in env:
             overrides["preempt_signal"] = env["SLURMOPT_PREEMPT_SIGNAL"]
@@ -515,9 +513,9 @@ class Preempter:
         detail: str,
         now: float,
     ) -> None:
-        attempt = next_attempt(session, record.job_id, record.slurm_submit_time, action)
-        key = idempotency_key(record.job_id, record.slurm_submit_time, action, attempt)
-        transition(session, record.job_id, to_state, reason, detail, key, now=now)
+        record_transition(
+            session, record.job_id, record.slurm_submit_time, to_state, action, reason, detail, now
+        )
 
     def _row(self, row_id: int) -> Preemption | None:
         with self.store.begin() as session:

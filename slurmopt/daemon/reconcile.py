@@ -43,8 +43,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import select
 
 from slurmopt.daemon.managed import (
     LEFT_TO_SLURM,
@@ -61,14 +60,14 @@ from slurmopt.model import ClusterSnapshot, Job, JobState
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.store import (
     FINAL_STATES,
-    JobTransition,
     LeaseLost,
     ManagedJob,
     ManagedJobState,
     Store,
     idempotency_key,
+    next_attempt,
+    record_transition,
     register_job,
-    transition,
 )
 
 log = logging.getLogger(__name__)
@@ -96,14 +95,6 @@ _ENDED: dict[JobState, ManagedJobState] = {
     JobState.OUT_OF_MEMORY: S.FAILED,
 }
 
-def next_attempt(session: Session, job_id: int, submit_time: float, action: str) -> int:
-    """How many times ``action`` was already recorded for this job incarnation."""
-    prefix = idempotency_key(job_id, submit_time, action, 0).rsplit(":", 1)[0] + ":"
-    count = session.scalar(
-        select(func.count()).select_from(JobTransition).where(JobTransition.key.like(prefix + "%"))
-    )
-    return int(count or 0)
-
 
 def move(
     store: Store,
@@ -117,18 +108,17 @@ def move(
 ) -> str:
     """Record one transition under the next key for ``action``; committed on return."""
     with store.begin() as session:
-        attempt = next_attempt(session, record.job_id, record.slurm_submit_time, action)
-        key = idempotency_key(record.job_id, record.slurm_submit_time, action, attempt)
-        transition(
+        key = record_transition(
             session,
             record.job_id,
+            record.slurm_submit_time,
             to_state,
+            action,
             reason,
             detail,
-            key,
-            nodes=list(nodes) if nodes is not None else None,
-            now=now,
-        )
+            now,
+            nodes=nodes,
+        ).key
     record.state = to_state
     record.reason = reason
     record.updated_at = now

@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmopt.fsutil import atomic_directory, atomic_write
+
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
@@ -55,14 +57,6 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_file(path: Path, data: bytes) -> None:
     with path.open("wb") as fh:
         fh.write(data)
@@ -71,11 +65,11 @@ def _write_file(path: Path, data: bytes) -> None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` all at once (temporary file, fsync, rename)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    _write_file(tmp, text.encode())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    """Replace ``path`` with ``text`` all at once (temporary file, fsync, rename).
+
+    The file gets the mode a plain ``open()`` gives it, as the checkpoint's own files do.
+    """
+    atomic_write(path, text, mode=None)
 
 
 @dataclass(frozen=True)
@@ -113,51 +107,33 @@ def verify(path: Path) -> Checkpoint:
 def write_checkpoint(root: Path, step: int, files: Mapping[str, bytes], now: float) -> Path:
     """Write a whole checkpoint under ``root`` atomically; return its directory."""
     root.mkdir(parents=True, exist_ok=True)
-    final = root / step_dir_name(step)
-    tmp = root / f".{final.name}.tmp-{os.getpid()}-{threading.get_ident()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    sums = {}
-    for name, data in files.items():
-        if Path(name).name != name or name == MANIFEST:
-            raise CheckpointError(f"bad checkpoint file name {name!r}")
-        _write_file(tmp / name, data)
-        sums[name] = hashlib.sha256(data).hexdigest()
-    manifest = {"step": step, "created_at": now, "files": sums}
-    _write_file(tmp / MANIFEST, json.dumps(manifest, sort_keys=True).encode())
-    _fsync_dir(tmp)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    _fsync_dir(root)
-    return final
+
+    def fill(tmp: Path) -> None:
+        sums = {}
+        for name, data in files.items():
+            if Path(name).name != name or name == MANIFEST:
+                raise CheckpointError(f"bad checkpoint file name {name!r}")
+            _write_file(tmp / name, data)
+            sums[name] = hashlib.sha256(data).hexdigest()
+        manifest = {"step": step, "created_at": now, "files": sums}
+        _write_file(tmp / MANIFEST, json.dumps(manifest, sort_keys=True).encode())
+
+    return atomic_directory(root / step_dir_name(step), fill)
 
 
 def copy_verified(source: Path, shared_root: Path) -> Path:
     """Copy a checkpoint directory to ``shared_root``, verify the copy, rename it into place."""
     shared_root.mkdir(parents=True, exist_ok=True)
-    final = shared_root / source.name
-    tmp = shared_root / f".{source.name}.tmp-{os.getpid()}-{threading.get_ident()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    for item in source.iterdir():
-        with item.open("rb") as src, (tmp / item.name).open("wb") as dst:
-            shutil.copyfileobj(src, dst)
-            dst.flush()
-            os.fsync(dst.fileno())
-    _fsync_dir(tmp)
-    try:
-        verify(tmp)
-    except CheckpointError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    _fsync_dir(shared_root)
-    return final
+
+    def fill(tmp: Path) -> None:
+        for item in source.iterdir():
+            with item.open("rb") as src, (tmp / item.name).open("wb") as dst:
+                shutil.copyfileobj(src, dst)
+                dst.flush()
+                os.fsync(dst.fileno())
+        verify(tmp)  # the copy, before it takes the checkpoint's name
+
+    return atomic_directory(shared_root / source.name, fill)
 
 
 def candidates(*roots: Path) -> list[Path]:

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from slurmopt.words import BoolWordError, parse_bool
+
 if TYPE_CHECKING:
     from slurmopt.policy.fragmentation import JobSizeDistribution
 
@@ -99,12 +101,10 @@ class Flag(Kind[bool]):
     examples = (True, False)
 
     def read(self, text: str) -> bool:
-        # The config's word sets, imported here so that the pure core loads no config code.
-        from slurmopt.config import _FALSE, _TRUE
-
-        if text not in _TRUE | _FALSE:
-            raise ValueError(f"must be on or off, got {text!r}")
-        return text in _TRUE
+        try:
+            return parse_bool(text, what="value")
+        except BoolWordError:
+            raise ValueError(f"must be on or off, got {text!r}") from None
 
     def text(self, value: bool) -> str:
         return "on" if value else "off"

@@ -32,6 +32,7 @@ from typing import Any
 
 from slurmopt.durations import slurm_duration_s
 from slurmopt.errors import SlurmoptError
+from slurmopt.words import TRACE_FALSE_WORDS, TRACE_TRUE_WORDS, BoolWordError, parse_bool
 
 #: Time limits users pick, in seconds: 30 min, 1, 2, 4, 8, 12 h, 1, 2, 3, 7, 14, 30 days.
 LIMIT_LADDER_S = (
@@ -437,8 +438,6 @@ def _sacct_json(text: str, path: str, tally: _Tally) -> list[_Raw]:
 
 
 _CSV_REQUIRED = ("submit_s", "duration_s", "gpus")
-_TRUE = {"1", "true", "yes", "y"}
-_FALSE = {"", "0", "false", "no", "n"}
 
 
 def _plain_csv(text: str, path: str, tally: _Tally) -> list[_Raw]:
@@ -475,10 +474,15 @@ def _plain_csv(text: str, path: str, tally: _Tally) -> list[_Raw]:
                 raise TraceError(
                     f"min_nodes {raw.min_nodes} must be between 1 and nodes {raw.nodes}", path, line
                 )
-        flag = row.get("preemptible", "").lower()
-        if flag not in _TRUE | _FALSE:
-            raise TraceError(f"preemptible must be true or false, got {flag!r}", path, line)
-        raw.preemptible = flag in _TRUE
+        flag = row.get("preemptible", "")
+        try:
+            raw.preemptible = parse_bool(
+                flag, what="preemptible", also_true=TRACE_TRUE_WORDS, also_false=TRACE_FALSE_WORDS
+            )
+        except BoolWordError:
+            raise TraceError(
+                f"preemptible must be true or false, got {flag.lower()!r}", path, line
+            ) from None
         out.append(raw)
     return out
 

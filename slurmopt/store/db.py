@@ -22,7 +22,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -330,6 +330,39 @@ def transition(
     session.add(record)
     session.flush()
     return record
+
+
+def next_attempt(session: Session, job_id: int, submit_time: float, action: str) -> int:
+    """How many times ``action`` was already recorded for this job incarnation."""
+    prefix = idempotency_key(job_id, submit_time, action, 0).rsplit(":", 1)[0] + ":"
+    count = session.scalar(
+        select(func.count()).select_from(JobTransition).where(JobTransition.key.like(prefix + "%"))
+    )
+    return int(count or 0)
+
+
+def record_transition(
+    session: Session,
+    job_id: int,
+    slurm_submit_time: float,
+    to_state: ManagedJobState,
+    action: str,
+    reason: str,
+    detail: str,
+    now: float,
+    *,
+    nodes: Collection[str] | None = None,
+) -> JobTransition:
+    """:func:`transition` under the key of ``action``'s next attempt on this job incarnation.
+
+    The one way the daemon records a decision: a new decision gets a new
+    key, so it is never mistaken for a retry of an earlier one.  The fence
+    is checked inside :func:`transition`, as for every transition.
+    """
+    attempt = next_attempt(session, job_id, slurm_submit_time, action)
+    key = idempotency_key(job_id, slurm_submit_time, action, attempt)
+    planned = list(nodes) if nodes is not None else None
+    return transition(session, job_id, to_state, reason, detail, key, nodes=planned, now=now)
 
 
 def history(session: Session, job_id: int) -> list[JobTransition]:
@@ -930,6 +963,8 @@ __all__ = [
     "check_fence",
     "history",
     "idempotency_key",
+    "next_attempt",
+    "record_transition",
     "register_job",
     "resolve_url",
     "transition",

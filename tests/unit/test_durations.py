@@ -56,3 +56,57 @@ def test_anything_else_is_a_value_error_or_a_count(text: str) -> None:
         assert "bad time" in str(exc)
     else:
         assert value is None or value >= 0
+
+
+def _forms(d: int, h: int, m: int, s: int) -> list[tuple[str, int]]:
+    """Every ``--time`` form with its seconds, from one set of numbers."""
+    return [
+        (f"{m}", 60 * m),
+        (f"{m}:{s}", 60 * m + s),
+        (f"{h}:{m}:{s}", 3600 * h + 60 * m + s),
+        (f"{d}-{h}", 86400 * d + 3600 * h),
+        (f"{d}-{h}:{m}", 86400 * d + 3600 * h + 60 * m),
+        (f"{d}-{h}:{m}:{s}", 86400 * d + 3600 * h + 60 * m + s),
+    ]
+
+
+@given(
+    numbers=st.tuples(small, small, small, small),
+    form=st.integers(0, 5),
+    pad=st.integers(0, 3),
+    blanks=st.sampled_from(["", " ", "\t", " \n"]),
+)
+def test_every_form_from_random_numbers(
+    numbers: tuple[int, int, int, int], form: int, pad: int, blanks: str
+) -> None:
+    """Any numbers (not only clock ranges), zero-padded or not, blanks around: exact seconds."""
+    text, seconds = _forms(*numbers)[form]
+    padded = ":".join(part.zfill(len(part) + pad) for part in text.split(":"))
+    assert slurm_duration_s(f"{blanks}{padded}{blanks}") == seconds
+    assert slurm_duration_min(padded) == -(-seconds // 60)
+
+
+@given(word=st.sampled_from(["unlimited", "infinite", "none", "partition_limit"]), data=st.data())
+def test_no_limit_words_in_any_case(word: str, data: st.DataObject) -> None:
+    flips = data.draw(st.lists(st.booleans(), min_size=len(word), max_size=len(word)))
+    text = "".join(c.upper() if up else c for c, up in zip(word, flips, strict=True))
+    assert slurm_duration_s(f" {text} ") is None
+
+
+@given(text=st.text(alphabet="0123456789:- \tx", max_size=14))
+def test_junk_of_time_characters_is_the_documented_error(text: str) -> None:
+    """Near misses (``1-``, ``1:2:3:4``, ``-5``): ``bad time`` and the text, or a count."""
+    try:
+        value = slurm_duration_s(text)
+    except ValueError as exc:
+        assert str(exc) == f"bad time {text.strip()!r}"
+    else:
+        assert value is None or value >= 0
+
+
+@pytest.mark.parametrize(
+    "text", ["9" * 5000, "1-" + "9" * 5000, "1:" + "9" * 4400], ids=["minutes", "days", "seconds"]
+)
+def test_a_number_too_long_to_convert_is_a_bad_time_too(text: str) -> None:
+    with pytest.raises(ValueError, match=r"^bad time '"):
+        slurm_duration_s(text)

@@ -21,6 +21,8 @@ from slurmopt.store import (
     UnknownJob,
     history,
     idempotency_key,
+    next_attempt,
+    record_transition,
     register_job,
     transition,
 )
@@ -191,6 +193,26 @@ def test_the_key_tells_incarnations_and_attempts_apart() -> None:
     assert idempotency_key(7, SUBMIT, "pin") == "7:1700000000:pin:0"
     assert idempotency_key(7, SUBMIT, "pin", 1) != idempotency_key(7, SUBMIT, "pin")
     assert idempotency_key(7, SUBMIT + 60, "pin") != idempotency_key(7, SUBMIT, "pin")
+
+
+def test_a_recorded_decision_takes_the_next_attempt_of_its_action(store: Store) -> None:
+    _register(store)
+    keys = []
+    for to in (S.PINNED, S.WAITING, S.PINNED):
+        with store.begin() as s:
+            action = "pin" if to is S.PINNED else "unpin"
+            nodes = ["a0", "a1"] if to is S.PINNED else None
+            record = record_transition(s, JOB, SUBMIT, to, action, "r", "d", 20.0, nodes=nodes)
+            keys.append(record.key)
+    assert keys == [
+        f"{JOB}:1700000000:pin:0",
+        f"{JOB}:1700000000:unpin:0",
+        f"{JOB}:1700000000:pin:1",
+    ]
+    assert _job(store).nodes == "a[0-1]"
+    with store.begin() as s:
+        assert next_attempt(s, JOB, SUBMIT, "pin") == 2
+        assert next_attempt(s, JOB, SUBMIT + 60, "pin") == 0
 
 
 def test_a_reused_job_id_replaces_an_ended_record_but_not_a_live_one(store: Store) -> None:
