@@ -20,7 +20,7 @@ import logging
 import re
 import threading
 from collections import Counter as Tally
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -46,7 +46,7 @@ from slurmopt.errors import SlurmError
 from slurmopt.model import ClusterSnapshot, Node, NodeState
 from slurmopt.policy.fragmentation import FragmentationReport
 from slurmopt.policy.plan import Plan
-from slurmopt.slurm.base import SlurmClient
+from slurmopt.slurm.base import JobStatus, SlurmClient
 
 if TYPE_CHECKING:
     from slurmopt.daemon.loop import CycleResult
@@ -516,8 +516,16 @@ class InstrumentedSlurmClient:
     def set_comment(self, job_id: int, text: str, admin: bool = True) -> None:
         self._call("set_comment", lambda: self.inner.set_comment(job_id, text, admin))
 
-    def submit(self, argv: Sequence[str], script: str | None = None) -> int:
-        return self._call("submit", lambda: self.inner.submit(argv, script))
+    def submit(
+        self, argv: Sequence[str], script: str | None = None, env: Mapping[str, str] | None = None
+    ) -> int:
+        return self._call("submit", lambda: self.inner.submit(argv, script, env))
+
+    def cancel(self, job_id: int) -> None:
+        self._call("cancel", lambda: self.inner.cancel(job_id))
+
+    def job_status(self, job_id: int) -> JobStatus | None:
+        return self._call("job_status", lambda: self.inner.job_status(job_id))
 
     def drain(self, node: str, reason: str) -> None:
         self._call("drain", lambda: self.inner.drain(node, reason))

@@ -1,8 +1,8 @@
 """``slurmopt verify``'s judgement: which nodes to test, and what the benchmark's numbers mean.
 
 Pure: a snapshot, a fabric and the benchmark's JSON document in, a frozen
-:class:`VerifyReport` out.  Running the job is the command's business
-(:mod:`slurmopt.cli.verify`).
+:class:`VerifyReport` out.  Running the job is :mod:`slurmopt.verify_run`'s
+business.
 
 The bandwidth model.  A ring all-reduce moves every byte over every link
 of the ring, so its bus bandwidth (nccl-tests' ``busbw``, the algorithm

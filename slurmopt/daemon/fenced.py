@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import os
 import signal as signals
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from slurmopt.model import ClusterSnapshot
-from slurmopt.slurm.base import SlurmClient
+from slurmopt.slurm.base import JobStatus, SlurmClient
 
 #: Environment variable of the test hook (see the module docstring).
 HOOK_ENV = "SLURMOPT_TEST_HOOK"
@@ -76,6 +76,9 @@ class FencedClient:
     def topology_text(self) -> str | None:
         return self.inner.topology_text()
 
+    def job_status(self, job_id: int) -> JobStatus | None:
+        return self.inner.job_status(job_id)
+
     def hold(self, job_id: int) -> None:
         self.guard()
         self._at("before:hold")
@@ -118,9 +121,15 @@ class FencedClient:
         self.inner.set_comment(job_id, text, admin)
         self._at("after:comment")
 
-    def submit(self, argv: Sequence[str], script: str | None = None) -> int:
+    def submit(
+        self, argv: Sequence[str], script: str | None = None, env: Mapping[str, str] | None = None
+    ) -> int:
         self.guard()
-        return self.inner.submit(argv, script)
+        return self.inner.submit(argv, script, env)
+
+    def cancel(self, job_id: int) -> None:
+        self.guard()
+        self.inner.cancel(job_id)
 
     def drain(self, node: str, reason: str) -> None:
         self.guard()

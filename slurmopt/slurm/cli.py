@@ -4,6 +4,8 @@ Reads use the JSON each release offers (``squeue --json``; ``sinfo --json``
 on 22.05, ``scontrol show nodes --json`` from 23.02 on, where ``sinfo``
 groups nodes) and ``scontrol show partition -o`` where ``scontrol`` has no
 ``--json``.  Writes are single ``scontrol``/``scancel``/``sbatch`` calls.
+One job's state comes from ``scontrol show job -o`` (every release speaks
+it), then from ``sacct`` once slurmctld has forgotten the job.
 
 The command runner is injected so tests can replay recorded output; the
 default one runs the real binaries with a timeout.
@@ -15,13 +17,15 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from slurmopt.errors import SlurmCommandError, SlurmResponseError, SlurmUnavailable
 from slurmopt.hostlist import fold
-from slurmopt.model import ClusterSnapshot
+from slurmopt.model import ClusterSnapshot, JobState
 from slurmopt.slurm import parse
+from slurmopt.slurm.base import JobStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +37,24 @@ class CommandResult:
     stderr: str
 
 
-#: ``runner(argv, stdin, timeout_s) -> CommandResult``.  May raise ``FileNotFoundError``
-#: (missing binary) or ``subprocess.TimeoutExpired``; the client maps both to
-#: :class:`SlurmUnavailable`.
-CommandRunner = Callable[[Sequence[str], str | None, float], CommandResult]
+#: Variables added to the environment a command runs in.
+Env = Mapping[str, str] | None
+
+
+class CommandRunner(Protocol):
+    """``runner(argv, stdin, timeout_s[, env]) -> CommandResult``.
+
+    ``env`` (variables added to the command's environment) is passed only
+    when a call has one, so a runner that replays recorded output may take
+    three arguments.  May raise ``FileNotFoundError`` (missing binary) or
+    ``subprocess.TimeoutExpired``; the client maps both to
+    :class:`SlurmUnavailable`.
+    """
+
+    def __call__(
+        self, argv: Sequence[str], stdin: str | None, timeout: float, env: Env = None, /
+    ) -> CommandResult: ...
+
 
 #: Phrases with which Slurm's commands say the controller cannot be reached.
 _UNREACHABLE = re.compile(
@@ -56,14 +74,17 @@ class SubprocessRunner:
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env = dict(env) if env is not None else None
 
-    def __call__(self, argv: Sequence[str], stdin: str | None, timeout: float) -> CommandResult:
+    def __call__(
+        self, argv: Sequence[str], stdin: str | None, timeout: float, env: Env = None, /
+    ) -> CommandResult:
+        full = {**(self.env if self.env is not None else os.environ), **env} if env else self.env
         proc = subprocess.run(
             list(argv),
             input=stdin,
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=self.env,
+            env=full,
             check=False,
         )
         return CommandResult(proc.returncode, proc.stdout, proc.stderr)
@@ -74,6 +95,18 @@ def _version_tuple(release: str) -> tuple[int, int]:
     if not match:
         raise SlurmResponseError(f"cannot tell the Slurm release from {release.strip()[:60]!r}")
     return int(match[1]), int(match[2])
+
+
+def _status(job_id: int, state: str, exit_code: str | None) -> JobStatus:
+    """A :class:`JobStatus` from Slurm's words: ``CANCELLED by 1000``, ``ExitCode=1:0``."""
+    word = state.split()[0].rstrip("+") if state.split() else ""
+    known = word in JobState.__members__
+    status = JobStatus(job_id, JobState(word) if known else JobState.UNKNOWN)
+    code, _, sig = (exit_code or "").partition(":")
+    if not status.ended or not code.isdigit():
+        return status
+    killed = int(sig) if sig.isdigit() else 0
+    return JobStatus(job_id, status.state, 128 + killed if killed else int(code))
 
 
 class CliSlurmClient:
@@ -96,8 +129,12 @@ class CliSlurmClient:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _call(self, argv: Sequence[str], stdin: str | None = None) -> CommandResult:
+    def _call(
+        self, argv: Sequence[str], stdin: str | None = None, env: Mapping[str, str] | None = None
+    ) -> CommandResult:
         try:
+            if env:
+                return self.runner(argv, stdin, self.timeout, env)
             return self.runner(argv, stdin, self.timeout)
         except FileNotFoundError:
             raise SlurmUnavailable(f"{argv[0]}: command not found (is Slurm installed?)") from None
@@ -145,8 +182,10 @@ class CliSlurmClient:
                 raise SlurmUnavailable(f"{what}: slurmctld unreachable: {down}") from None
             raise
 
-    def _write(self, argv: Sequence[str], stdin: str | None = None) -> str:
-        result = self._call(argv, stdin)
+    def _write(
+        self, argv: Sequence[str], stdin: str | None = None, env: Mapping[str, str] | None = None
+    ) -> str:
+        result = self._call(argv, stdin, env)
         if result.returncode != 0:
             raise SlurmCommandError(list(argv), result.returncode, result.stderr)
         return result.stdout
@@ -202,6 +241,29 @@ class CliSlurmClient:
             return None
         return text
 
+    def job_status(self, job_id: int) -> JobStatus | None:
+        argv = ["scontrol", "show", "job", "-o", str(job_id)]
+        try:
+            text = self._read(argv)
+        except SlurmResponseError as exc:
+            if "invalid job id" not in str(exc).lower():
+                raise
+            return self._accounted_status(job_id)
+        state = re.search(r"(?:^|\s)JobState=(\S+)", text)
+        if state is None:
+            raise SlurmResponseError(f"{' '.join(argv)}: no JobState in {text.strip()[:60]!r}")
+        code = re.search(r"(?:^|\s)ExitCode=(\S+)", text)
+        return _status(job_id, state[1], code[1] if code else None)
+
+    def _accounted_status(self, job_id: int) -> JobStatus | None:
+        """A job slurmctld has forgotten (after ``MinJobAge``), from accounting where it runs."""
+        result = self._call(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State,ExitCode"])
+        lines = result.stdout.strip().splitlines()
+        if result.returncode != 0 or not lines:
+            return None
+        state, _, code = lines[0].partition("|")
+        return _status(job_id, state, code)
+
     # ------------------------------------------------------------------ writes
 
     def hold(self, job_id: int) -> None:
@@ -227,15 +289,20 @@ class CliSlurmClient:
         key = "AdminComment" if admin else "Comment"
         self._write(["scontrol", "update", f"JobId={job_id}", f"{key}={text}"])
 
-    def submit(self, argv: Sequence[str], script: str | None = None) -> int:
+    def submit(
+        self, argv: Sequence[str], script: str | None = None, env: Mapping[str, str] | None = None
+    ) -> int:
         full = ["sbatch", "--parsable", *argv]
-        out = self._write(full, script)
+        out = self._write(full, script, env)
         job = out.strip().split(";")[0]
         if not job.isdigit():
             raise SlurmResponseError(
                 f"sbatch --parsable printed {out.strip()[:60]!r}, not a job id"
             )
         return int(job)
+
+    def cancel(self, job_id: int) -> None:
+        self._write(["scancel", str(job_id)])
 
     def drain(self, node: str, reason: str) -> None:
         self._write(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
@@ -246,7 +313,7 @@ class CliSlurmClient:
 
 
 class ScontrolWrites:
-    """Writes (and topology) through a :class:`CliSlurmClient`, for read-only backends.
+    """Writes (and topology, and one job's status) through a :class:`CliSlurmClient`.
 
     slurmrestd v0.0.38 cannot pin nodes and has no topology endpoint; pyslurm
     lacks some updates.  Adapters that read another way inherit this and
@@ -282,8 +349,16 @@ class ScontrolWrites:
     def set_comment(self, job_id: int, text: str, admin: bool = True) -> None:
         self.cli.set_comment(job_id, text, admin)
 
-    def submit(self, argv: Sequence[str], script: str | None = None) -> int:
-        return self.cli.submit(argv, script)
+    def submit(
+        self, argv: Sequence[str], script: str | None = None, env: Mapping[str, str] | None = None
+    ) -> int:
+        return self.cli.submit(argv, script, env)
+
+    def cancel(self, job_id: int) -> None:
+        self.cli.cancel(job_id)
+
+    def job_status(self, job_id: int) -> JobStatus | None:
+        return self.cli.job_status(job_id)
 
     def drain(self, node: str, reason: str) -> None:
         self.cli.drain(node, reason)

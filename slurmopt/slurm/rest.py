@@ -6,8 +6,8 @@ and ``X-SLURM-USER-TOKEN``).  Responses go through the same parse functions
 as the command-line adapter, so both produce identical snapshots.
 
 openapi v0.0.38 (Slurm 22.05) cannot set a job's node list, and slurmrestd
-has no topology endpoint, so writes and ``topology_text`` delegate to a
-:class:`CliSlurmClient`.
+has no topology endpoint, so writes, ``topology_text`` and ``job_status``
+delegate to a :class:`CliSlurmClient`.
 """
 
 from __future__ import annotations

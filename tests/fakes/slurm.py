@@ -6,7 +6,9 @@ implements the whole :class:`~slurmopt.slurm.base.SlurmClient` protocol plus
 would.  Tests use it to *count* and to *break*:
 
 * every write is logged in ``calls`` and counted per job (or node) and kind:
-  :meth:`FakeSlurm.writes`, :meth:`FakeSlurm.writes_total`;
+  :meth:`FakeSlurm.writes`, :meth:`FakeSlurm.writes_total`; a job submitted
+  here stays pending until the test moves it on (:meth:`FakeSlurm.start`,
+  :meth:`FakeSlurm.end` with the batch script's exit status);
 * a fault can be injected before or after any call (:meth:`FakeSlurm.fail`):
   :class:`~slurmopt.errors.SlurmCommandError`, :class:`~slurmopt.errors.SlurmUnavailable`,
   or :class:`FakeCrash`, a ``BaseException`` standing for the process dying;
@@ -24,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +35,7 @@ from sqlalchemy.orm import Session
 
 from slurmopt.errors import SlurmCommandError, SlurmUnavailable
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
+from slurmopt.slurm.base import JobStatus
 from slurmopt.store import JobTransition, Preemption, Store
 from slurmopt.tag import with_checkpoint
 
@@ -46,11 +49,12 @@ WRITES = (
     "shrink",
     "comment",
     "submit",
+    "cancel",
     "drain",
     "resume",
 )
 #: Reads: counted too (``reads``), and a fault can be injected into them.
-READS = ("snapshot", "topology", "config")
+READS = ("snapshot", "topology", "config", "status")
 CALLS = WRITES + READS
 #: Store records a fault can be injected around: the action of a transition's key
 #: (``job:submit:ACTION:attempt``), and ``preemption-closed`` (a preemption row's outcome set).
@@ -139,6 +143,8 @@ class FakeSlurm:
         self.topology = topology
         self.live_config: dict[str, str] = {"JobSubmitPlugins": "lua"}
         self.next_job_id = max(self.jobs, default=0) + 1
+        #: The batch script's exit status of each job that ended (:meth:`end`).
+        self.exit_codes: dict[int, int] = {}
         self._stores: list[Store] = []
 
     @classmethod
@@ -287,6 +293,13 @@ class FakeSlurm:
         self._read("config", "scontrol show config")
         return dict(self.live_config)
 
+    def job_status(self, job_id: int) -> JobStatus | None:
+        self._read("status", "scontrol show job")
+        job = self.jobs.get(job_id)
+        if job is None:
+            return None
+        return JobStatus(job_id, job.state, self.exit_codes.get(job_id))
+
     # -- writes ----------------------------------------------------------------------------
     def _enter(self, call: str, job_id: int) -> Job:
         if self.down:
@@ -359,7 +372,9 @@ class FakeSlurm:
         self._set(job_id, node_count=node_count)
         self._done(("shrink", job_id, node_count))
 
-    def submit(self, argv: Sequence[str], script: str | None = None) -> int:
+    def submit(
+        self, argv: Sequence[str], script: str | None = None, env: Mapping[str, str] | None = None
+    ) -> int:
         if self.down:
             raise SlurmUnavailable("sbatch: fake controller down")
         self._fire("before:submit", None)
@@ -368,8 +383,15 @@ class FakeSlurm:
         self.jobs[job_id] = Job(
             job_id=job_id, state=JobState.PENDING, partition="gpu", submit_time=self.clock
         )
-        self._done(("submit", job_id, tuple(argv), script))
+        self._done(("submit", job_id, tuple(argv), script, dict(env or {})))
         return job_id
+
+    def cancel(self, job_id: int) -> None:
+        """``scancel``: the job ends CANCELLED (an ended job stays as it is, as in Slurm)."""
+        job = self._enter("cancel", job_id)
+        if job.is_active or job.is_pending:
+            self.end(job_id, JobState.CANCELLED)
+        self._done(("cancel", job_id))
 
     def _node(self, call: str, name: str) -> Node:
         if self.down:
@@ -411,8 +433,15 @@ class FakeSlurm:
                 node, gpus_alloc=node.gpus_total, state=NodeState.ALLOCATED
             )
 
-    def end(self, job_id: int, state: JobState = JobState.COMPLETED) -> None:
+    def end(
+        self, job_id: int, state: JobState = JobState.COMPLETED, exit_code: int | None = None
+    ) -> None:
+        """The job ends in ``state``; its exit status is ``exit_code``, else 0 when it
+        COMPLETED and 1 otherwise."""
         job = self.jobs[job_id]
+        self.exit_codes[job_id] = (
+            exit_code if exit_code is not None else int(state is not JobState.COMPLETED)
+        )
         for name in job.nodes:
             if name in self.nodes and job.is_active:
                 self.nodes[name] = dataclasses.replace(

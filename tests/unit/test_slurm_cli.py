@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,8 +13,8 @@ import pytest
 from slurmopt.errors import SlurmCommandError, SlurmResponseError, SlurmUnavailable
 from slurmopt.model import JobState
 from slurmopt.slurm import connect
-from slurmopt.slurm.base import SlurmClient
-from slurmopt.slurm.cli import CliSlurmClient, CommandResult
+from slurmopt.slurm.base import JobStatus, SlurmClient
+from slurmopt.slurm.cli import CliSlurmClient, CommandResult, SubprocessRunner
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "slurm-json"
 
@@ -58,9 +60,7 @@ def recorded(release: str) -> dict[tuple[str, ...], CommandResult | Exception]:
             f"{base}/scontrol_show_partition_o.txt"
         )
     else:
-        answers[("scontrol", "show", "nodes", "--json")] = _file(
-            f"{base}/scontrol_show_nodes.json"
-        )
+        answers[("scontrol", "show", "nodes", "--json")] = _file(f"{base}/scontrol_show_nodes.json")
         answers[("scontrol", "show", "partitions", "--json")] = _file(
             f"{base}/scontrol_show_partitions.json"
         )
@@ -163,18 +163,27 @@ def test_unknown_release_text_is_a_response_error() -> None:
     [
         (lambda c: c.hold(7), ("scontrol", "hold", "7")),
         (lambda c: c.release(7), ("scontrol", "release", "7")),
-        (lambda c: c.pin(7, ["gpu003", "gpu001", "gpu002"]),
-         ("scontrol", "update", "JobId=7", "NodeList=gpu[001-003]")),
+        (
+            lambda c: c.pin(7, ["gpu003", "gpu001", "gpu002"]),
+            ("scontrol", "update", "JobId=7", "NodeList=gpu[001-003]"),
+        ),
         (lambda c: c.signal(7, "USR1"), ("scancel", "--signal=USR1", "--batch", "7")),
-        (lambda c: c.signal(7, "TERM", batch_only=False),
-         ("scancel", "--signal=TERM", "--full", "7")),
+        (
+            lambda c: c.signal(7, "TERM", batch_only=False),
+            ("scancel", "--signal=TERM", "--full", "7"),
+        ),
         (lambda c: c.requeue(7), ("scontrol", "requeuehold", "7")),
         (lambda c: c.requeue(7, hold=False), ("scontrol", "requeue", "7")),
         (lambda c: c.shrink(7, 1), ("scontrol", "update", "JobId=7", "NumNodes=1")),
-        (lambda c: c.set_comment(7, "moved by slurmopt"),
-         ("scontrol", "update", "JobId=7", "AdminComment=moved by slurmopt")),
-        (lambda c: c.set_comment(7, "x y", admin=False),
-         ("scontrol", "update", "JobId=7", "Comment=x y")),
+        (
+            lambda c: c.set_comment(7, "moved by slurmopt"),
+            ("scontrol", "update", "JobId=7", "AdminComment=moved by slurmopt"),
+        ),
+        (
+            lambda c: c.set_comment(7, "x y", admin=False),
+            ("scontrol", "update", "JobId=7", "Comment=x y"),
+        ),
+        (lambda c: c.cancel(7), ("scancel", "7")),
     ],
 )
 def test_writes_run_one_slurm_command(call: object, argv: tuple[str, ...]) -> None:
@@ -197,6 +206,61 @@ def test_submit_passes_script_on_stdin_and_returns_the_id() -> None:
     runner = FakeRunner({("sbatch", "--parsable", "-N2"): _ok("4242;cluster\n")})
     assert CliSlurmClient(runner=runner).submit(["-N2"], "#!/bin/sh\nsleep 1\n") == 4242
     assert runner.calls == [(("sbatch", "--parsable", "-N2"), "#!/bin/sh\nsleep 1\n")]
+
+
+def test_submit_adds_env_to_sbatch_environment_only_when_given() -> None:
+    seen: list[object] = []
+
+    def runner(
+        argv: Sequence[str], stdin: str | None, timeout: float, *env: object
+    ) -> CommandResult:
+        seen.append(env)
+        return _ok("12\n")
+
+    client = CliSlurmClient(runner=runner)
+    assert client.submit(["-N2"], "#!/bin/sh\n", {"SLURMOPT_RDZV_PORT": "29555"}) == 12
+    assert client.submit(["-N2"], "#!/bin/sh\n") == 12
+    assert seen == [({"SLURMOPT_RDZV_PORT": "29555"},), ()]
+
+
+def test_subprocess_runner_adds_env_to_its_own() -> None:
+    runner = SubprocessRunner({"PATH": os.environ["PATH"], "A": "1"})
+    script = "import os; print(os.environ['A'], os.environ['B'])"
+    result = runner([sys.executable, "-c", script], None, 30, {"B": "2"})
+    assert result.stdout == "1 2\n"
+
+
+@pytest.mark.parametrize(
+    ("stdout", "state", "exit_code"),
+    [
+        ("JobId=7 JobName=x JobState=PENDING Reason=Priority ExitCode=0:0", JobState.PENDING, None),
+        ("JobId=7 JobState=RUNNING Reason=None ExitCode=0:0", JobState.RUNNING, None),
+        ("JobId=7 JobState=COMPLETED Reason=None ExitCode=0:0", JobState.COMPLETED, 0),
+        ("JobId=7 JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0", JobState.FAILED, 3),
+        ("JobId=7 JobState=CANCELLED Reason=None ExitCode=0:15", JobState.CANCELLED, 143),
+        ("JobId=7 JobState=NEW_STATE Reason=None ExitCode=0:0", JobState.UNKNOWN, None),
+    ],
+)
+def test_job_status_reads_scontrol_show_job(
+    stdout: str, state: JobState, exit_code: int | None
+) -> None:
+    runner = FakeRunner({("scontrol", "show", "job", "-o", "7"): _ok(stdout + "\n")})
+    status = CliSlurmClient(runner=runner).job_status(7)
+    assert status == JobStatus(7, state, exit_code)
+
+
+def test_job_status_of_a_forgotten_job_asks_accounting() -> None:
+    forgotten = CommandResult(1, "", "slurm_load_jobs error: Invalid job id specified\n")
+    sacct = ("sacct", "-n", "-X", "-P", "-j", "7", "-o", "State,ExitCode")
+    answers: dict[tuple[str, ...], CommandResult | Exception] = {
+        ("scontrol", "show", "job", "-o", "7"): forgotten,
+        ("scontrol", "ping"): _ok(PING_UP),
+        sacct: _ok("CANCELLED by 1000|0:0\n"),
+    }
+    client = CliSlurmClient(runner=FakeRunner(answers))
+    assert client.job_status(7) == JobStatus(7, JobState.CANCELLED, 0)
+    answers[sacct] = CommandResult(1, "", "sacct: error: accounting storage is disabled\n")
+    assert client.job_status(7) is None
 
 
 def test_submit_garbage_answer() -> None:

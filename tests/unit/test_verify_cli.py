@@ -1,9 +1,9 @@
-"""``slurmopt verify`` against a fake Slurm client and a stand-in sbatch: output and exit codes."""
+"""``slurmopt verify`` against the shared fake Slurm, whose benchmark job the test plays."""
 
 from __future__ import annotations
 
 import json
-import os
+import re
 import sys
 import types
 from pathlib import Path
@@ -13,47 +13,47 @@ import pytest
 
 import slurmopt.slurm
 from slurmopt.cli import main
-from slurmopt.errors import SlurmUnavailable
+from slurmopt.errors import SlurmCommandError, SlurmUnavailable
 from slurmopt.fabric import Fabric
+from slurmopt.model import JobState
 from tests.fakes.slurm import FakeSlurm
 from tests.unit.test_verify import FABRIC, document, measured, snapshot
 
 RING = ["n1", "n2", "n9", "n10"]
-
-FAKE_SBATCH = """#!{python}
-# Records how it was called; answers as sbatch --parsable --wait would.
-import json, os, re, sys, time
-script = sys.stdin.read()
-json.dump({{"argv": sys.argv[1:], "script": script,
-           "rdzv_port": os.environ.get("SLURMOPT_RDZV_PORT")}},
-          open(os.environ["FAKE_RECORD"], "w"))
-sys.stderr.write(os.environ.get("FAKE_STDERR", ""))
-if os.environ.get("FAKE_REFUSE"):
-    sys.exit(1)
-print("77", flush=True)
-time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
-opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
-with open(opts["output"].replace("%j", "77"), "w") as fh:
-    fh.write("torchrun says hello\\nFAKE LAST LINE\\n")
-if os.environ.get("FAKE_DOC"):
-    out = re.search(r"--out (\\S+)", script).group(1)
-    with open(out, "w") as fh:
-        fh.write(open(os.environ["FAKE_DOC"]).read())
-sys.exit(int(os.environ.get("FAKE_RC", "0")))
-"""
-
-FAKE_SCANCEL = """#!/bin/sh
-echo "$@" >> "$FAKE_SCANCEL"
-"""
+JOB = 77
 
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
-    """A fake Slurm (client, fabric, sbatch, scancel); returns paths and the recorded calls."""
-    calls: dict[str, Any] = {"error": None}
+    """A fake Slurm client and fabric; the benchmark job ends on the first look at its state,
+    writing its output and (``doc``) its document and exiting with ``rc``, unless ``hang``."""
+    calls: dict[str, Any] = {"error": None, "doc": None, "rc": 0, "hang": False, "refuse": None}
+
+    def play_the_job() -> None:
+        slurm: FakeSlurm = calls["slurm"]
+        call = submitted(calls)
+        assert call is not None
+        opts = dict(a[2:].split("=", 1) for a in call["argv"] if a.startswith("--") and "=" in a)
+        Path(opts["output"].replace("%j", str(JOB))).write_text(
+            "torchrun says hello\nFAKE LAST LINE\n"
+        )
+        if calls["doc"] is not None:
+            out = re.search(r"--out (\S+)", call["script"])
+            assert out is not None
+            Path(out.group(1)).write_text(json.dumps(calls["doc"]))
+        state = JobState.COMPLETED if calls["rc"] == 0 else JobState.FAILED
+        slurm.end(JOB, state, calls["rc"])
 
     def connect(backend: str = "cli", **options: Any) -> FakeSlurm:
-        return FakeSlurm.from_snapshot(snapshot(), calls["error"])
+        slurm = FakeSlurm.from_snapshot(snapshot(), calls["error"])
+        slurm.next_job_id = JOB
+        if calls["refuse"] is not None:
+            words = calls["refuse"]
+            slurm.fail("before:submit", lambda _p: SlurmCommandError(["sbatch"], 1, words))
+        if not calls["hang"]:
+            slurm.during["status"] = play_the_job
+        calls["slurm"] = slurm
+        return slurm
 
     def load_fabric(**kwargs: Any) -> Fabric:
         calls["fabric"] = kwargs
@@ -63,36 +63,21 @@ def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
     discover.load_fabric = load_fabric  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "slurmopt.fabric.discover", discover)
     monkeypatch.setattr(slurmopt.slurm, "connect", connect, raising=False)
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    for name, body in (
-        ("sbatch", FAKE_SBATCH.format(python=sys.executable)),
-        ("scancel", FAKE_SCANCEL),
-    ):
-        (bindir / name).write_text(body)
-        (bindir / name).chmod(0o755)
+    monkeypatch.delenv("SLURMOPT_RDZV_PORT", raising=False)
     work = tmp_path / "work"
     work.mkdir()
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.delenv("SLURMOPT_SBATCH", raising=False)
-    monkeypatch.delenv("SLURMOPT_RDZV_PORT", raising=False)
-    for key in ("FAKE_STDERR", "FAKE_REFUSE", "FAKE_SLEEP", "FAKE_RC", "FAKE_DOC"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("FAKE_RECORD", str(tmp_path / "sbatch.json"))
-    monkeypatch.setenv("FAKE_SCANCEL", str(tmp_path / "scancel.txt"))
     calls.update(work=work, tmp=tmp_path)
     return calls
 
 
-def with_document(monkeypatch: pytest.MonkeyPatch, tmp: Path, doc: dict[str, Any]) -> None:
-    path = tmp / "doc.json"
-    path.write_text(json.dumps(doc))
-    monkeypatch.setenv("FAKE_DOC", str(path))
-
-
-def sbatch_call(fake: dict[str, Any]) -> dict[str, Any] | None:
-    path = fake["tmp"] / "sbatch.json"
-    return json.loads(path.read_text()) if path.exists() else None
+def submitted(fake: dict[str, Any]) -> dict[str, Any] | None:
+    """What the command asked the fake to submit: sbatch's arguments, script, environment."""
+    slurm: FakeSlurm | None = fake.get("slurm")
+    subs = [c for c in slurm.calls if c[0] == "submit"] if slurm is not None else []
+    if not subs:
+        return None
+    _, _, argv, script, env = subs[-1]
+    return {"argv": list(argv), "script": script, "env": env}
 
 
 def run(
@@ -108,7 +93,7 @@ def run(
 def test_healthy_run_passes_and_submits_the_benchmark(
     fake: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with_document(monkeypatch, fake["tmp"], document(RING, 22.0, measured(RING, {}, 23.0)))
+    fake["doc"] = document(RING, 22.0, measured(RING, {}, 23.0))
     plot = fake["tmp"] / "bw.png"
     code, out, err = run(
         capsys, fake, "--rdzv-port", "29555", "--plot", str(plot), "--sbatch-arg=--time=20"
@@ -118,11 +103,11 @@ def test_healthy_run_passes_and_submits_the_benchmark(
     assert "pair:n2+n9" in out and "256 MiB" in out
     assert "n1: NVML unavailable: no driver" in out
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    call = sbatch_call(fake)
+    call = submitted(fake)
     assert call is not None
     argv = call["argv"]
-    assert argv[:3] == ["--parsable", "--wait", argv[2]] and argv[2].startswith("--job-name=")
-    name = argv[2].removeprefix("--job-name=")
+    assert argv[0].startswith("--job-name=")
+    name = argv[0].removeprefix("--job-name=")
     assert f"--output={fake['work']}/{name}-%j.out" in argv
     assert f"--chdir={fake['work']}" in argv
     assert "--nodelist=n[1-2,9-10]" in argv and "--nodes=4" in argv and "--exclusive" in argv
@@ -132,14 +117,15 @@ def test_healthy_run_passes_and_submits_the_benchmark(
     assert "--nnodes=4" in script and "--nproc-per-node=1" in script
     assert f"-m slurmopt.elastic.bench --out {fake['work']}/{name}.json" in script
     assert "--group 'pair:n1+n2=n[1-2]'" in script and "--group 'leaf:leaf2=n[9-10]'" in script
-    assert call["rdzv_port"] == "29555"  # the option beats the environment
+    assert call["env"] == {"SLURMOPT_RDZV_PORT": "29555"}  # the option beats the environment
+    assert fake["slurm"].writes_total("cancel") == 0
 
 
 def test_json_report_and_a_slow_node_exit_1(
     fake: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     slow = {"pair:n1+n2": 4.0, "pair:n2+n9": 4.0}
-    with_document(monkeypatch, fake["tmp"], document(RING, 8.0, measured(RING, slow, 23.0)))
+    fake["doc"] = document(RING, 8.0, measured(RING, slow, 23.0))
     code, out, err = run(capsys, fake, "--json")
     assert code == 1
     assert err.count("\n") == 1 and err.startswith("slurmopt: verify: ")
@@ -155,10 +141,10 @@ def test_nodelist_is_tested_as_given(
     fake: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ring = ["n3", "n4", "n5"]
-    with_document(monkeypatch, fake["tmp"], document(ring, 22.0, measured(ring, {}, 23.0)))
+    fake["doc"] = document(ring, 22.0, measured(ring, {}, 23.0))
     code, out, _ = run(capsys, fake, "--nodelist", "n[3-5]", "--json", "-p", "gpu")
     assert code == 0
-    call = sbatch_call(fake)
+    call = submitted(fake)
     assert call is not None
     assert "--nodelist=n[3-5]" in call["argv"] and "--nodes=3" in call["argv"]
     assert "--partition=gpu" in call["argv"]
@@ -169,8 +155,7 @@ def test_sbatch_refusal_passes_its_words_through(
     fake: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     words = "sbatch: error: Batch job submission failed: Invalid partition name specified\n"
-    monkeypatch.setenv("FAKE_STDERR", words)
-    monkeypatch.setenv("FAKE_REFUSE", "1")
+    fake["refuse"] = words
     code, out, err = run(capsys, fake)
     assert code == 69
     assert out == ""
@@ -181,7 +166,7 @@ def test_sbatch_refusal_passes_its_words_through(
 def test_failed_job_names_its_output_and_last_line(
     fake: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("FAKE_RC", "1")
+    fake["rc"] = 1
     code, _, err = run(capsys, fake)
     assert code == 69
     assert err.count("\n") == 1
@@ -201,12 +186,11 @@ def test_a_job_that_writes_no_report_is_a_data_error(
 def test_timeout_cancels_the_job(
     fake: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("FAKE_SLEEP", "60")
+    fake["hang"] = True
     code, _, err = run(capsys, fake, "--timeout", "2")
     assert code == 75
     assert "did not finish within 2 s" in err and err.count("\n") == 1
-    cancelled = (fake["tmp"] / "scancel.txt").read_text().split()
-    assert cancelled == ["77"] or cancelled[0].startswith("--name=slurmopt-verify-")
+    assert fake["slurm"].writes(JOB, "cancel") == 1
 
 
 def test_slurm_down_is_one_line_and_69(
@@ -216,7 +200,7 @@ def test_slurm_down_is_one_line_and_69(
     code, out, err = run(capsys, fake)
     assert (code, out) == (69, "")
     assert err == "slurmopt: slurmctld unreachable: sinfo: error: cannot connect\n"
-    assert sbatch_call(fake) is None
+    assert submitted(fake) is None
 
 
 @pytest.mark.parametrize(
@@ -246,7 +230,7 @@ def test_bad_options_exit_2_with_one_line_and_no_job(
     assert (code, out) == (2, "")
     assert err.count("\n") == 1 and err.startswith("slurmopt: ")
     assert message in err
-    assert sbatch_call(fake) is None
+    assert submitted(fake) is None
 
 
 def test_workdir_must_exist(fake: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
