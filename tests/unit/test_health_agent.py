@@ -650,11 +650,13 @@ def test_pass_result_serialises() -> None:
 
 def test_cli_client_drains_with_one_scontrol_update() -> None:
     from slurmopt.errors import SlurmCommandError
-    from slurmopt.slurm.cli import CliSlurmClient, CommandResult
+    from slurmopt.slurm.cli import CliSlurmClient, CommandResult, Env
 
     calls: list[list[str]] = []
 
-    def recording_runner(argv: Any, stdin: str | None, timeout: float) -> CommandResult:
+    def recording_runner(
+        argv: Any, stdin: str | None, timeout: float, env: Env = None, /
+    ) -> CommandResult:
         calls.append(list(argv))
         if "NodeName=nosuch" in argv:
             return CommandResult(1, "", "slurm_update error: Invalid node name specified\n")

@@ -14,7 +14,7 @@ from slurmopt.errors import SlurmCommandError, SlurmResponseError, SlurmUnavaila
 from slurmopt.model import JobState
 from slurmopt.slurm import connect
 from slurmopt.slurm.base import JobStatus, SlurmClient
-from slurmopt.slurm.cli import CliSlurmClient, CommandResult, SubprocessRunner
+from slurmopt.slurm.cli import CliSlurmClient, CommandResult, Env, SubprocessRunner
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "slurm-json"
 
@@ -29,7 +29,9 @@ class FakeRunner:
         self.answers = answers
         self.calls: list[tuple[tuple[str, ...], str | None]] = []
 
-    def __call__(self, argv: Sequence[str], stdin: str | None, timeout: float) -> CommandResult:
+    def __call__(
+        self, argv: Sequence[str], stdin: str | None, timeout: float, env: Env = None, /
+    ) -> CommandResult:
         key = tuple(argv)
         self.calls.append((key, stdin))
         answer = self.answers.get(key, CommandResult(0, "", ""))
