@@ -118,8 +118,9 @@ class SingleNodePlacement(PlannerCore):
         if gap is None:
             return first
         best = (gap, first)
+        free_now = self.timeline.free  # read once: this loop is the pass's hottest
         for _, _, name in heap:  # the heap's own list, read without popping
-            if self.timeline.free[name] != free:
+            if free_now[name] != free:
                 continue
             other = self._end_gap(name, end)
             if other is None or other >= best[0]:
