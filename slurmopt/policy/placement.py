@@ -1,7 +1,8 @@
 """Where a job goes: feature constraints, leaf choice for gangs, FGD node choice for single nodes.
 
 Pure functions over counts, so the rules can be tested and explained on
-their own; :mod:`slurmopt.policy.plan` keeps the indexes that feed them.
+their own; :mod:`slurmopt.policy.cache` and :mod:`slurmopt.policy.planner` keep the
+indexes that feed them.
 """
 
 from __future__ import annotations

@@ -1,0 +1,384 @@
+"""What consecutive planning passes share: the :class:`PlannerCache` and each partition's layout.
+
+Everything here is derived from a pass's inputs alone (the snapshot's nodes
+and jobs, the fabric), not from any placement decision, so one pass after
+another can keep it and redo only what changed.  The pass itself (the
+``planner`` module and its placement concerns) only reads it, through
+copies, and never changes it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from slurmopt.fabric import Fabric
+from slurmopt.model import ClusterSnapshot, Job, Node, Partition
+from slurmopt.policy.backfill import INFINITY, Timeline
+from slurmopt.policy.fragmentation import JobShape, queue_shape
+
+#: A running job's hold on one node: (ends at, GPUs it gives back, runs exclusive).
+_Hold = tuple[float, int, bool]
+
+
+def _running_end(job: Job) -> float:
+    """When a running job gives its GPUs back: start plus time limit (inf if unlimited)."""
+    if job.time_limit_s is None:
+        return INFINITY
+    if job.start_time is not None:
+        return job.start_time + job.time_limit_s
+    return job.end_time if job.end_time is not None else INFINITY
+
+
+@dataclass
+class Layout:
+    """One partition's nodes as far as they depend on the node set and the fabric alone.
+
+    ``usable``: in-service nodes in partition order, each with its leaf;
+    ``exists_ge[g]`` / ``capable_ge[g]``: nodes (in service) with at least ``g``
+    GPUs; ``leaf_capable_ge[g]``: the most such in-service nodes under one leaf.
+    """
+
+    nodes: tuple[str, ...]
+    epoch: int
+    usable: list[tuple[str, str | None]]
+    leaf_nodes: dict[str, list[str]]
+    avail_groups: dict[str, list[str]]
+    members: frozenset[str]
+    exists_ge: list[int]
+    capable_ge: list[int]
+    leaf_capable_ge: list[int]
+    max_gpus: int
+    #: The free-GPU indexes of a pool (see :class:`~slurmopt.policy.planner.Pool`) as a pass
+    #: starts; buckets are kept sorted (a sorted list is a heap).  ``free`` and ``entry``: what
+    #: each node counts as.
+    count_ge: dict[str, list[int]] = field(default_factory=dict)
+    histogram: Counter[int] = field(default_factory=Counter)
+    buckets: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)
+    free: dict[str, int] = field(default_factory=dict)
+    entry: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+
+    def count(self, name: str, leaf: str | None, node: Node, free: int) -> None:
+        """Move one usable node to ``free`` free GPUs in the pass-start indexes."""
+        old = self.free.get(name, 0)
+        if leaf is not None and old != free:
+            counts = self.count_ge[leaf]
+            for g in range(min(old, free) + 1, max(old, free) + 1):
+                counts[g] += 1 if free > old else -1
+        if old > 0:
+            self.histogram[old] -= 1
+            if not self.histogram[old]:
+                del self.histogram[old]
+            bucket = self.buckets[old]
+            del bucket[bisect.bisect_left(bucket, self.entry.pop(name))]
+            if not bucket:
+                del self.buckets[old]
+        self.free[name] = free
+        if free > 0:
+            self.histogram[free] += 1
+            entry = self.entry[name] = bucket_entry(node, free)
+            bisect.insort(self.buckets.setdefault(free, []), entry)
+
+
+def bucket_entry(node: Node, free: int) -> tuple[int, int, str]:
+    """Best-fit order within one free count: partly used nodes first, then weight, name."""
+    return (1 if free >= node.gpus_total else 0, node.weight, node.name)
+
+
+def _at_least(counts: list[int]) -> list[int]:
+    """Turn "how many have exactly g" into "how many have at least g", in place."""
+    for g in range(len(counts) - 2, -1, -1):
+        counts[g] += counts[g + 1]
+    return counts
+
+
+class PlannerCache:
+    """What consecutive :func:`plan` passes share, so a pass redoes only what changed.
+
+    Everything held is derived from the passes' own inputs: leaf and group
+    lookups of the fabric, each partition's node layout and capability
+    indexes, each node's free GPUs and release times, the queue's job-size
+    counts and its pending jobs.  Each pass first compares its snapshot with
+    the previous one (node and job objects by identity, then by value) and
+    recomputes only the nodes and jobs that differ, so a plan made with a
+    cache is exactly the plan made without one.  Without a cache,
+    :func:`plan` builds a throwaway one.
+
+    States: EMPTY until the first pass; then BOUND to that pass's fabric.  A
+    pass on the same fabric object stays BOUND and refreshes from the
+    differences; a pass on another fabric object drops everything and binds
+    to it (fabrics are taken as immutable once built, as their own cached
+    lookups already assume).  A refresh that fails part-way drops everything
+    (back to EMPTY) before the error propagates, so no later pass sees half
+    an update.  Not for concurrent use: one cache per planning loop.
+    """
+
+    def __init__(self) -> None:
+        self._reset(None)
+
+    def _reset(self, fabric: Fabric | None) -> None:
+        self._fabric = fabric
+        self.leaf_of: dict[str, str | None] = {}
+        self.group_of: dict[str, str] = {}
+        self._nodes: dict[str, Node] = {}
+        self._node_sig: dict[str, tuple[int, bool]] = {}
+        self._available_by_state: dict[tuple[str, frozenset[str]], bool] = {}
+        #: Bumped whenever a node comes, goes, or changes its GPU count or service state.
+        self._epoch = 0
+        self._layouts: dict[str, Layout] = {}
+        self._jobs: dict[int, Job] = {}
+        self._pending: dict[int, Job] = {}
+        self._shape_of: dict[int, tuple[int, int]] = {}
+        self._shape_counts: Counter[tuple[int, int]] = Counter()
+        self._shapes: tuple[JobShape, ...] | None = ()
+        self._holds: dict[str, dict[int, list[_Hold]]] = {}
+        self._dirty: set[str] = set()
+        #: Free GPUs at the start of a pass, and release events (times not yet clipped to now).
+        self._free: dict[str, int] = {}
+        self._events: dict[str, list[tuple[float, int]]] = {}
+
+    # -- refresh -----------------------------------------------------------------------------
+    def refresh(self, snapshot: ClusterSnapshot, fabric: Fabric) -> None:
+        """Bring everything up to date with ``snapshot`` on ``fabric``."""
+        if fabric is not self._fabric:
+            self._reset(fabric)
+        try:
+            self._refresh_nodes(snapshot.nodes)
+            self._refresh_jobs(snapshot.jobs)
+            for name in self._dirty:
+                self._settle_node(name)
+            self._dirty.clear()
+        except BaseException:
+            self._reset(None)
+            raise
+
+    def _available(self, node: Node) -> bool:
+        key = (node.state, node.flags)
+        known = self._available_by_state.get(key)
+        if known is None:
+            known = self._available_by_state[key] = node.available
+        return known
+
+    def _refresh_nodes(self, nodes: Mapping[str, Node]) -> None:
+        seen = self._nodes
+        changed = [name for name, node in nodes.items() if seen.get(name) is not node]
+        for name in changed:
+            node = nodes[name]
+            old = seen.get(name)
+            seen[name] = node
+            if old is not None and old == node:
+                continue
+            signature = (node.gpus_total, self._available(node))
+            if self._node_sig.get(name) != signature:
+                self._node_sig[name] = signature
+                self._epoch += 1
+            self._dirty.add(name)
+        if len(seen) > len(nodes):
+            for name in [n for n in seen if n not in nodes]:
+                del seen[name]
+                del self._node_sig[name]
+                self._dirty.add(name)
+            self._epoch += 1
+
+    def _refresh_jobs(self, jobs: Mapping[int, Job]) -> None:
+        seen = self._jobs
+        changed = [job_id for job_id, job in jobs.items() if seen.get(job_id) is not job]
+        for job_id in changed:
+            job = jobs[job_id]
+            old = seen.get(job_id)
+            if old is not None:
+                if old == job:
+                    seen[job_id] = job
+                    if job_id in self._pending:
+                        self._pending[job_id] = job
+                    continue
+                self._forget_job(job_id)
+            self._add_job(job_id, job)
+        if len(seen) > len(jobs):
+            for job_id in [j for j in seen if j not in jobs]:
+                self._forget_job(job_id)
+
+    def _add_job(self, job_id: int, job: Job) -> None:
+        self._jobs[job_id] = job
+        if job.is_pending:
+            self._pending[job_id] = job
+        shape = queue_shape(job)
+        if shape is not None:
+            self._shape_of[job_id] = shape
+            self._shape_counts[shape] += 1
+            self._shapes = None
+        if job.is_active:
+            end = _running_end(job)
+            for name in job.nodes:
+                indices = job.gpu_indices.get(name)
+                gpus = len(indices) if indices else job.gpus_per_node
+                self._holds.setdefault(name, {}).setdefault(job_id, []).append(
+                    (end, gpus, job.exclusive)
+                )
+                self._dirty.add(name)
+
+    def _forget_job(self, job_id: int) -> None:
+        job = self._jobs.pop(job_id)
+        self._pending.pop(job_id, None)
+        shape = self._shape_of.pop(job_id, None)
+        if shape is not None:
+            self._shape_counts[shape] -= 1
+            if not self._shape_counts[shape]:
+                del self._shape_counts[shape]
+            self._shapes = None
+        if job.is_active:
+            for name in job.nodes:
+                holds = self._holds.get(name)
+                if holds is not None and holds.pop(job_id, None) is not None and not holds:
+                    del self._holds[name]
+                self._dirty.add(name)
+
+    def _settle_node(self, name: str) -> None:
+        """Free GPUs now and when running jobs give theirs back, for one node.
+
+        Slurm's own free count wins over the jobs (a node may hold GPUs no
+        listed job accounts for); releases are capped at what is held.
+        """
+        node = self._nodes.get(name)
+        if node is None:
+            self._free.pop(name, None)
+            self._events.pop(name, None)
+            return
+        total = node.gpus_total
+        exclusive = False
+        releases: list[tuple[float, int]] = []
+        for holds in self._holds.get(name, {}).values():
+            for end, gpus, whole in holds:
+                if whole:
+                    exclusive = True
+                    gpus = total
+                releases.append((end, gpus))
+        available = self._available(node)
+        free = node.gpus_free if available and not exclusive else 0
+        self._free[name] = free
+        for layout in self._layouts.values():
+            if layout.epoch == self._epoch and name in layout.members:
+                layout.count(name, self.leaf_of[name], node, free)
+        events: list[tuple[float, int]] = []
+        if available and releases:
+            held = total - free
+            for end, gpus in sorted(releases):
+                give = min(gpus, held)
+                if give > 0:
+                    if end < INFINITY:
+                        events.append((end, give))
+                    held -= give
+            events.sort()
+        if events:
+            self._events[name] = events
+        else:
+            self._events.pop(name, None)
+
+    # -- what a pass reads -------------------------------------------------------------------
+    def pending_jobs(self) -> list[Job]:
+        """The snapshot's pending jobs, in no particular order."""
+        return list(self._pending.values())
+
+    def queue_shapes(self) -> tuple[JobShape, ...]:
+        """The queue's job-size distribution, as ``queue_distribution`` gives it."""
+        if self._shapes is None:
+            self._shapes = tuple(
+                JobShape(n, d, float(c)) for (n, d), c in sorted(self._shape_counts.items())
+            )
+        return self._shapes
+
+    def running_releases(self, name: str) -> list[tuple[float, int]]:
+        """When the node's running jobs give their GPUs back, sorted (no reservations)."""
+        return self._events.get(name, [])
+
+    def timeline(self, now: float) -> Timeline:
+        """A fresh timeline at ``now``; it copies an event list before changing it."""
+        events = dict(self._events)
+        for name, changes in events.items():
+            if changes[0][0] < now:  # overdue jobs give their GPUs back from now on
+                events[name] = sorted((max(t, now), g) for t, g in changes)
+        return Timeline.shared(now, dict(self._free), events)
+
+    def leaf(self, node: str) -> str | None:
+        if node not in self.leaf_of:
+            assert self._fabric is not None
+            self.leaf_of[node] = self._fabric.leaf_of(node)
+        return self.leaf_of[node]
+
+    def _group(self, leaf: str) -> str:
+        """Leaves with the same uplinks are one group: any two are the fewest hops apart."""
+        group = self.group_of.get(leaf)
+        if group is None:
+            fabric = self._fabric
+            assert fabric is not None
+            up = fabric.uplinks(leaf) if leaf in fabric.graph else []
+            group = self.group_of[leaf] = ",".join(up) or leaf
+        return group
+
+    def layout(self, partition: Partition) -> Layout:
+        """The partition's layout, rebuilt only when its nodes or their service changed."""
+        known = self._layouts.get(partition.name)
+        if (
+            known is not None
+            and known.epoch == self._epoch
+            and (known.nodes is partition.nodes or known.nodes == partition.nodes)
+        ):
+            return known
+        nodes = self._nodes
+        all_nodes = [nodes[n] for n in partition.nodes if n in nodes]
+        max_gpus = max((n.gpus_total for n in all_nodes), default=0)
+        exists = [0] * (max_gpus + 2)
+        capable = [0] * (max_gpus + 2)
+        leaf_capable: dict[str, list[int]] = {}
+        leaf_nodes: dict[str, list[str]] = {}
+        usable: list[tuple[str, str | None]] = []
+        for node in all_nodes:
+            exists[node.gpus_total] += 1
+            if not self._node_sig[node.name][1]:
+                continue
+            capable[node.gpus_total] += 1
+            leaf = self.leaf(node.name)
+            usable.append((node.name, leaf))
+            if leaf is not None:
+                leaf_nodes.setdefault(leaf, []).append(node.name)
+                leaf_capable.setdefault(leaf, [0] * (max_gpus + 2))[node.gpus_total] += 1
+                self._group(leaf)
+        for counts in leaf_capable.values():
+            _at_least(counts)
+        avail_groups = {**leaf_nodes}
+        for name, leaf in usable:
+            if leaf is None:
+                avail_groups[name] = [name]
+        layout = self._layouts[partition.name] = Layout(
+            nodes=partition.nodes,
+            epoch=self._epoch,
+            usable=usable,
+            leaf_nodes=leaf_nodes,
+            avail_groups=avail_groups,
+            members=frozenset(name for name, _ in usable),
+            exists_ge=_at_least(exists),
+            capable_ge=_at_least(capable),
+            leaf_capable_ge=[
+                max((cap[g] for cap in leaf_capable.values()), default=0)
+                for g in range(max_gpus + 2)
+            ],
+            max_gpus=max_gpus,
+        )
+        layout.count_ge = {leaf: [0] * (max_gpus + 2) for leaf in leaf_nodes}
+        free = self._free
+        for name, leaf in usable:
+            f = free[name]
+            layout.free[name] = f
+            if leaf is not None:
+                layout.count_ge[leaf][f] += 1
+            if f > 0:
+                layout.histogram[f] += 1
+                entry = layout.entry[name] = bucket_entry(nodes[name], f)
+                layout.buckets.setdefault(f, []).append(entry)
+        for counts in layout.count_ge.values():
+            _at_least(counts)
+        for bucket in layout.buckets.values():
+            bucket.sort()
+        return layout

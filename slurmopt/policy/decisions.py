@@ -1,0 +1,120 @@
+"""What a planning pass decides: the plan and its parts, as the daemon, store and CLI read them.
+
+Kept apart from the pass itself so that readers of plans (actuator, store,
+metrics, ``explain``) depend on these small frozen types alone, and the
+stored JSON shape (``PLAN_SCHEMA_VERSION``) has one home.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+PLAN_SCHEMA_VERSION = 1
+
+
+class Reason(StrEnum):
+    """Why a job starts where it does, or why it does not start."""
+
+    # starts
+    GANG_FEWEST_LEAVES = "GANG_FEWEST_LEAVES"
+    BEST_FIT_NODE = "BEST_FIT_NODE"
+    BACKFILL = "BACKFILL"
+    ELASTIC_START = "ELASTIC_START"
+    # reservations and waits
+    RESERVED = "RESERVED"
+    WAITS_FOR_RESERVATION = "WAITS_FOR_RESERVATION"
+    WAITS_FOR_RESOURCES = "WAITS_FOR_RESOURCES"
+    NEEDS_NODES_IN_ONE_LEAF = "NEEDS_NODES_IN_ONE_LEAF"
+    # never, as things stand
+    TOO_BIG_FOR_PARTITION = "TOO_BIG_FOR_PARTITION"
+    NODES_UNAVAILABLE = "NODES_UNAVAILABLE"
+    NOT_ELIGIBLE = "NOT_ELIGIBLE"
+    UNSUPPORTED_REQUEST = "UNSUPPORTED_REQUEST"
+
+
+#: Unplaced reasons for which slurmopt gives the job back to Slurm instead of holding it.
+HAND_BACK_REASONS = frozenset({Reason.UNSUPPORTED_REQUEST, Reason.TOO_BIG_FOR_PARTITION})
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start ``job_id`` now on exactly ``nodes`` (Slurm is asked to pin it there)."""
+
+    kind: ClassVar[str] = "start"
+    job_id: int
+    nodes: tuple[str, ...]
+    reason: Reason
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "job_id": self.job_id,
+            "nodes": list(self.nodes),
+            "reason": self.reason.value,
+            "detail": self.detail,
+        }
+
+
+#: Every action a plan can hold.  Preempt, Requeue and Shrink join this union later.
+Action = Start
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Nodes held from ``start_time`` for a job that cannot start now; ``reason`` says why not."""
+
+    job_id: int
+    nodes: tuple[str, ...]
+    start_time: float
+    reason: Reason
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "nodes": list(self.nodes),
+            "start_time": self.start_time,
+            "reason": self.reason.value,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    """A managed job that does not start now; ``expected_start`` is set if it has a reservation."""
+
+    job_id: int
+    reason: Reason
+    detail: str = ""
+    expected_start: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "reason": self.reason.value,
+            "detail": self.detail,
+            "expected_start": self.expected_start,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Everything one pass decided, in priority order within each list."""
+
+    actions: tuple[Action, ...]
+    reservations: tuple[Reservation, ...]
+    unplaced: tuple[Unplaced, ...]
+    now: float
+    schema_version: int = PLAN_SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "now": self.now,
+            "actions": [a.to_json() for a in self.actions],
+            "reservations": [r.to_json() for r in self.reservations],
+            "unplaced": [u.to_json() for u in self.unplaced],
+        }

@@ -1,0 +1,126 @@
+"""Gang placement: the nodes a multi-node (or node-pinned) job takes now, on the fewest leaves.
+
+A gang's nodes are chosen per leaf switch (``choose_leaves``): one leaf when
+the policy asks for it, unless waiting for one would take too long, else
+the fewest leaves in the fewest groups.  Kept apart from single-node
+placement because it reads the per-leaf counts, not the free-GPU buckets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from slurmopt.policy.decisions import Reason
+from slurmopt.policy.placement import choose_leaves
+from slurmopt.policy.planner import Ask, Failure, PlannerCore
+
+
+class GangPlacement(PlannerCore):
+    """Starts multi-node and node-pinned jobs; mixed into the planner by ``plan``."""
+
+    def _node_order(self, name: str) -> tuple[int, int, int, str]:
+        """Best fit within a leaf: fewest free GPUs first, partly used before idle, weight, name."""
+        node = self.snapshot.nodes[name]
+        free = self.timeline.free[name]
+        return (free, 1 if free >= node.gpus_total else 0, node.weight, name)
+
+    def _start_gang(self, ask: Ask) -> Failure | None:
+        job, pool, end, k = ask.job, ask.pool, ask.end, ask.k
+        gpus = job.gpus_per_node
+        nodes = self.snapshot.nodes
+        required = [n for n in job.required_nodes]
+        if required:
+            bad = [
+                n
+                for n in required
+                if n not in pool.members or not self._fits_now(ask, nodes[n], respect=True)
+            ]
+            if bad:
+                return Failure(
+                    Reason.WAITS_FOR_RESOURCES, f"required node(s) {', '.join(bad)} not free"
+                )
+            if len(required) >= k:
+                self._commit_start(ask, required[:k], Reason.GANG_FEWEST_LEAVES, "")
+                return None
+        simple = self._is_simple(job)
+        respected = self._usable_by_leaf(ask, simple, True, set(required))
+        need = k - len(required)
+        single = self._single_leaf(pool, k, gpus) and not required
+        choice = choose_leaves(
+            {leaf: len(v) for leaf, v in respected.items()}, need, self.group_of, single
+        )
+        spread_note = ""
+        if choice is None and single and self.policy.compact_wait_share is not None:
+            spread = choose_leaves(
+                {leaf: len(v) for leaf, v in respected.items()}, need, self.group_of, False
+            )
+            if spread is not None:
+                found = self._earliest_block(ask, one_leaf=True)
+                bound = self.policy.compact_wait_share * (end - self.now)
+                if found is None or found[0] - self.now > bound:
+                    choice = spread
+                    one_leaf = "never" if found is None else f"from now+{found[0] - self.now:.0f} s"
+                    spread_note = f"; one leaf only {one_leaf}, over the {bound:.0f} s bound"
+        if choice is None:
+            return self._gang_failure(ask, respected, single, required)
+        chosen = list(required)
+        for leaf, count in choice.take:
+            ranked = sorted(respected[leaf], key=self._node_order)
+            chosen.extend(ranked[:count])
+        leaves = ", ".join(choice.leaves)
+        detail = (
+            f"{k} nodes on {len(choice.leaves)} leaf switch(es) ({leaves}); "
+            f"{choice.left_over} usable node(s) left on them{spread_note}"
+        )
+        self._commit_start(ask, chosen, Reason.GANG_FEWEST_LEAVES, detail)
+        return None
+
+    def _usable_by_leaf(
+        self, ask: Ask, simple: bool, respect: bool, skip: set[str]
+    ) -> dict[str, list[str]]:
+        """Nodes the job could take now, per leaf; the indexes skip leaves with none."""
+        pool = ask.pool
+        gpus = ask.job.gpus_per_node
+        free = self.timeline.free
+        nodes = self.snapshot.nodes
+        out: dict[str, list[str]] = {}
+        for leaf, counts in pool.count_ge.items():
+            if counts[gpus] == 0:
+                continue
+            members = pool.leaf_nodes[leaf]
+            if simple and not skip and (not respect or not self.reserved_in_leaf.get(leaf)):
+                usable = [n for n in members if free[n] >= gpus]
+            else:
+                usable = [
+                    n for n in members if n not in skip and self._fits_now(ask, nodes[n], respect)
+                ]
+            if usable:
+                out[leaf] = usable
+        return out
+
+    def _gang_failure(
+        self, ask: Ask, respected: Mapping[str, list[str]], single: bool, required: list[str]
+    ) -> Failure:
+        """Why the gang cannot start now: held back by reservations, one leaf, or too few nodes."""
+        job, k = ask.job, ask.k
+        gpus = job.gpus_per_node
+        total = sum(len(v) for v in respected.values())
+        best = max((len(v) for v in respected.values()), default=0)
+        where = (
+            f"needs {k} nodes with {gpus} free GPUs; {total} free across "
+            f"{len(respected)} leaves, at most {best} on one"
+        )
+        if self.reservations:
+            loose = self._usable_by_leaf(ask, self._is_simple(job), False, set(required))
+            if choose_leaves(
+                {leaf: len(v) for leaf, v in loose.items()},
+                k - len(required),
+                self.group_of,
+                single,
+            ):
+                return Failure(
+                    Reason.RESERVED, f"{where}; more are free but reserved for higher-priority jobs"
+                )
+        if single and total >= k:
+            return Failure(Reason.NEEDS_NODES_IN_ONE_LEAF, where)
+        return Failure(Reason.WAITS_FOR_RESOURCES, where)

@@ -1,0 +1,452 @@
+"""One planning pass: its state, the bookkeeping every placement shares, and the walk over jobs.
+
+:class:`PlannerCore` holds what a pass changes as it goes (the timeline,
+each partition's :class:`Pool` indexes, the decisions so far) and the steps
+every kind of placement needs: taking GPUs now, reserving them later,
+testing one node.  It walks the jobs in order and, for each, hands one
+:class:`Ask` to the placement concerns, which live in their own modules
+(``single``, ``gang``, ``reserve``, ``elastic``) as mixins over this class,
+so each rule can be read without the others; ``plan`` composes them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from slurmopt.fabric import Fabric
+from slurmopt.model import ClusterSnapshot, Job, Node, Partition
+from slurmopt.policy.backfill import INFINITY
+from slurmopt.policy.cache import Layout, PlannerCache, bucket_entry
+from slurmopt.policy.decisions import Action, Plan, Reason, Reservation, Start, Unplaced
+from slurmopt.policy.fragmentation import JobShape
+from slurmopt.policy.knobs import Policy
+from slurmopt.policy.ordering import not_eligible
+from slurmopt.policy.placement import Constraint, parse_constraint
+
+_UP_PARTITION_STATES = frozenset({"UP", ""})
+
+
+@dataclass
+class Pool:
+    """One partition's usable nodes with the indexes placement reads.
+
+    ``count_ge[leaf][g]``: nodes of the leaf with at least ``g`` free GPUs;
+    ``histogram``: nodes per free-GPU count (free > 0);
+    ``buckets[f]``: heap of nodes with ``f`` free, best-fit order first.
+    The layout's lists are shared with later passes and never changed.
+    """
+
+    partition: Partition
+    layout: Layout
+    count_ge: dict[str, list[int]]
+    histogram: Counter[int]
+    buckets: dict[int, list[tuple[int, int, str]]]
+    avail_cache: dict[int, dict[str, tuple[int, list[tuple[float, str]]]]] = field(
+        default_factory=dict
+    )
+
+    @property
+    def leaf_nodes(self) -> dict[str, list[str]]:
+        return self.layout.leaf_nodes
+
+    @property
+    def avail_groups(self) -> dict[str, list[str]]:
+        return self.layout.avail_groups
+
+    @property
+    def members(self) -> frozenset[str]:
+        return self.layout.members
+
+    @property
+    def leaf_capable_ge(self) -> list[int]:
+        return self.layout.leaf_capable_ge
+
+
+@dataclass
+class Failure:
+    """Why a job cannot start (or be placed) now: the reason and detail it is left with."""
+
+    reason: Reason
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One job asked of one pool: what every placement step reads about the request.
+
+    ``end`` is when the job would give its nodes back if it started now.
+    """
+
+    job: Job
+    pool: Pool
+    constraint: Constraint
+    end: float
+
+    @property
+    def k(self) -> int:
+        """Nodes the job needs (at least one)."""
+        return max(self.job.node_count, 1)
+
+
+class PlannerCore(ABC):
+    """A pass's state and shared steps; the placement concerns are mixed in by ``plan``."""
+
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        fabric: Fabric,
+        policy: Policy,
+        now: float,
+        jobs: list[Job],
+        cache: PlannerCache,
+    ) -> None:
+        self.snapshot = snapshot
+        self.fabric = fabric
+        self.policy = policy
+        self.now = now
+        self.jobs = jobs
+        self.cache = cache
+        self.timeline = cache.timeline(now)
+        self.pools: dict[str, Pool | None] = {}
+        self.pool_list: list[Pool] = []
+        #: Nodes this pass has taken GPUs from.
+        self.taken: set[str] = set()
+        self.pools_for_request: dict[tuple[Any, ...], tuple[list[Pool], Failure | None]] = {}
+        self.leaf_of = cache.leaf_of
+        self.group_of = cache.group_of
+        self.reserved_in_leaf: dict[str, int] = {}
+        self.reserved_by: dict[str, list[int]] = {}
+        #: Bumped when a leaf's (or off-leaf node's) free GPUs or reservations change.
+        self.versions: dict[str, int] = {}
+        self.failures: dict[tuple[Any, ...], Failure] = {}
+        self.constraints: dict[str, Constraint | None] = {}
+        job_sizes = policy.job_sizes
+        self.shapes: tuple[JobShape, ...] = job_sizes.shapes if job_sizes else cache.queue_shapes()
+        self.actions: list[Action] = []
+        self.reservations: list[Reservation] = []
+        self.unplaced: list[Unplaced] = []
+
+    # -- setup -------------------------------------------------------------------------------
+    def _leaf(self, node: str) -> str | None:
+        try:
+            return self.leaf_of[node]
+        except KeyError:
+            return self.cache.leaf(node)
+
+    def _pool(self, name: str) -> Pool | None:
+        if name in self.pools:
+            return self.pools[name]
+        part = self.snapshot.partitions.get(name)
+        if part is None:
+            self.pools[name] = None
+            return None
+        layout = self.cache.layout(part)
+        pool = Pool(
+            part,
+            layout,
+            {leaf: counts.copy() for leaf, counts in layout.count_ge.items()},
+            layout.histogram.copy(),
+            {f: bucket.copy() for f, bucket in layout.buckets.items()},
+        )
+        # Nodes this pass already took GPUs from (for pools of other partitions) move now.
+        free = self.timeline.free
+        for node_name in self.taken:
+            if node_name in layout.members and layout.free[node_name] != free[node_name]:
+                self._shift(pool, node_name, layout.free[node_name], free[node_name])
+        self.pools[name] = pool
+        self.pool_list.append(pool)
+        return pool
+
+    # -- state changes -----------------------------------------------------------------------
+    def _bump(self, name: str) -> None:
+        key = self._leaf(name) or name
+        self.versions[key] = self.versions.get(key, 0) + 1
+
+    def _take_now(self, name: str, gpus: int, end: float) -> None:
+        self._bump(name)
+        old = self.timeline.free[name]
+        self.timeline.occupy(name, gpus, end)
+        new = self.timeline.free[name]
+        self.taken.add(name)
+        for pool in self.pool_list:
+            if name in pool.layout.members:
+                self._shift(pool, name, old, new)
+
+    def _shift(self, pool: Pool, name: str, old: int, new: int) -> None:
+        """Move a node from ``old`` to ``new`` (fewer) free GPUs in the pool's indexes.
+
+        Its entry in the ``old`` bucket stays behind; readers skip entries
+        whose node no longer has that many free.
+        """
+        leaf = self._leaf(name)
+        if leaf is not None:
+            counts = pool.count_ge[leaf]
+            for g in range(new + 1, old + 1):
+                counts[g] -= 1
+        if old > 0:
+            pool.histogram[old] -= 1
+            if pool.histogram[old] == 0:
+                del pool.histogram[old]
+        if new > 0:
+            pool.histogram[new] += 1
+            entry = bucket_entry(self.snapshot.nodes[name], new)
+            heapq.heappush(pool.buckets.setdefault(new, []), entry)
+
+    def _reserve(self, job_id: int, name: str, gpus: int, start: float, end: float) -> None:
+        self._bump(name)
+        if name not in self.timeline.reserved:
+            leaf = self._leaf(name)
+            if leaf is not None:
+                self.reserved_in_leaf[leaf] = self.reserved_in_leaf.get(leaf, 0) + 1
+        self.timeline.reserve(name, gpus, start, end)
+        self.reserved_by.setdefault(name, []).append(job_id)
+
+    # -- per-node tests ----------------------------------------------------------------------
+    def _constraint(self, job: Job) -> Constraint | None:
+        if job.features not in self.constraints:
+            try:
+                self.constraints[job.features] = parse_constraint(job.features)
+            except ValueError:
+                self.constraints[job.features] = None
+        return self.constraints[job.features]
+
+    @staticmethod
+    def _is_simple(job: Job) -> bool:
+        return not (
+            job.features
+            or job.excluded_nodes
+            or job.required_nodes
+            or job.exclusive
+            or job.gpu_type
+        )
+
+    def _static_ok(self, job: Job, node: Node, constraint: Constraint, gpus: int) -> bool:
+        """What never changes within a pass: type, features, exclusions, size."""
+        if node.gpus_total < gpus:
+            return False
+        if job.gpu_type and node.gpu_type and job.gpu_type != node.gpu_type:
+            return False
+        if job.excluded_nodes and node.name in job.excluded_nodes:
+            return False
+        return constraint.matches(node.features)
+
+    def _need(self, job: Job, node: Node) -> int:
+        """GPUs the job takes on this node: all of them when it runs exclusive."""
+        return node.gpus_total if job.exclusive else job.gpus_per_node
+
+    def _fits_now(self, ask: Ask, node: Node, respect: bool) -> bool:
+        """Whether the job may take the node now (``respect``: without delaying a reservation)."""
+        job = ask.job
+        need = self._need(job, node)
+        if not self._static_ok(job, node, ask.constraint, job.gpus_per_node):
+            return False
+        if job.exclusive and (node.alloc_cpus > 0 or self.timeline.free[node.name] < need):
+            return False
+        if respect:
+            return self.timeline.fits_now(node.name, need, ask.end)
+        return self.timeline.free[node.name] >= need
+
+    # -- one job -----------------------------------------------------------------------------
+    def run(self) -> Plan:
+        for job in self.jobs:
+            self._plan_job(job)
+        return Plan(tuple(self.actions), tuple(self.reservations), tuple(self.unplaced), self.now)
+
+    def _unplaced(self, job: Job, reason: Reason, detail: str, at: float | None = None) -> None:
+        self.unplaced.append(Unplaced(job.job_id, reason, detail, at))
+
+    def _plan_job(self, job: Job) -> None:
+        if job.het_job_id is not None:
+            self._unplaced(job, Reason.UNSUPPORTED_REQUEST, "heterogeneous job; left to Slurm")
+            return
+        if job.gpus_per_node <= 0:
+            self._unplaced(job, Reason.UNSUPPORTED_REQUEST, "asks for no GPUs; left to Slurm")
+            return
+        why = not_eligible(job, self.now)
+        if why is not None:
+            self._unplaced(job, Reason.NOT_ELIGIBLE, why)
+            return
+        span = self._elastic_span(job)
+        if span is not None and job.node_count != span[1]:
+            job = replace(job, node_count=span[1])  # planned from MAX, even once set smaller
+        constraint = self._constraint(job)
+        if constraint is None:
+            self._unplaced(
+                job, Reason.UNSUPPORTED_REQUEST, f"constraint {job.features!r}; left to Slurm"
+            )
+            return
+        pools, refusal = self._pools_for(job)
+        if not pools:
+            assert refusal is not None
+            self._unplaced(job, refusal.reason, refusal.detail)
+            return
+        end = self._end(job, pools[0].partition)
+        asks: list[Ask] = []
+        failure: Failure | None = None
+        for pool in pools:
+            ask = Ask(job, pool, constraint, end)
+            failure = self._try_start(ask)
+            if failure is None:
+                return
+            asks.append(ask)
+        assert failure is not None
+        if span is not None and self._start_elastic(asks, span[0]):
+            return
+        if len(self.reservations) < self.policy.backfill_depth:
+            if self._try_reserve(asks, failure):
+                return
+        self._unplaced(job, failure.reason, failure.detail)
+
+    def _end(self, job: Job, partition: Partition) -> float:
+        limit = job.time_limit_s if job.time_limit_s is not None else partition.max_time_s
+        return INFINITY if limit is None else self.now + limit
+
+    def _pools_for(self, job: Job) -> tuple[list[Pool], Failure | None]:
+        """The job's partitions that are managed, up, and big enough; else why none is.
+
+        The answer depends only on the fields in the key, so one pass works
+        it out once per kind of request.
+        """
+        key = (job.partition, job.node_count, job.gpus_per_node, job.time_limit_s)
+        known = self.pools_for_request.get(key)
+        if known is None:
+            known = self.pools_for_request[key] = self._find_pools(job)
+        return known
+
+    def _find_pools(self, job: Job) -> tuple[list[Pool], Failure | None]:
+        names = [p for p in (job.partition or self._default_partition()).split(",") if p]
+        managed = self.policy.partitions
+        pools: list[Pool] = []
+        refusal: Failure | None = None
+        k = max(job.node_count, 1)
+        gpus = job.gpus_per_node
+        for name in names:
+            if managed is not None and name not in managed:
+                refusal = refusal or Failure(Reason.NOT_ELIGIBLE, f"partition {name} not managed")
+                continue
+            pool = self._pool(name)
+            if pool is None:
+                refusal = Failure(Reason.NOT_ELIGIBLE, f"unknown partition {name}")
+                continue
+            part = pool.partition
+            if part.state.upper() not in _UP_PARTITION_STATES:
+                refusal = Failure(Reason.NOT_ELIGIBLE, f"partition {name} is {part.state}")
+                continue
+            limit = part.max_time_s
+            if limit is not None and job.time_limit_s is not None and job.time_limit_s > limit:
+                refusal = Failure(
+                    Reason.NOT_ELIGIBLE,
+                    f"time limit {job.time_limit_s} s over partition {name}'s {limit} s",
+                )
+                continue
+            layout = pool.layout
+            exists = layout.exists_ge[gpus] if gpus <= layout.max_gpus else 0
+            if (part.max_nodes is not None and k > part.max_nodes) or k > exists:
+                refusal = Failure(
+                    Reason.TOO_BIG_FOR_PARTITION,
+                    f"needs {k} nodes with {gpus} GPUs; partition {name} has {exists}"
+                    + (f" and allows {part.max_nodes} per job" if part.max_nodes else ""),
+                )
+                continue
+            capable = layout.capable_ge[gpus]
+            if k > capable:
+                refusal = Failure(
+                    Reason.NODES_UNAVAILABLE,
+                    f"needs {k} nodes with {gpus} GPUs; {capable} of partition {name}'s "
+                    f"{exists} are in service",
+                )
+                continue
+            pools.append(pool)
+        return pools, refusal
+
+    def _default_partition(self) -> str:
+        for part in self.snapshot.partitions.values():
+            if part.default:
+                return part.name
+        return ""
+
+    def _single_leaf(self, pool: Pool, k: int, gpus: int) -> bool:
+        return self.policy.require_single_leaf and k <= pool.leaf_capable_ge[gpus]
+
+    def _cache_key(self, ask: Ask) -> tuple[Any, ...]:
+        job = ask.job
+        return (
+            ask.pool.partition.name,
+            max(job.node_count, 1),
+            job.gpus_per_node,
+            job.features,
+            job.gpu_type,
+            job.excluded_nodes,
+            job.required_nodes,
+            job.exclusive,
+            ask.end,
+        )
+
+    def _try_start(self, ask: Ask) -> Failure | None:
+        """Start the job in this pool now if it fits without delaying a reservation."""
+        job, pool = ask.job, ask.pool
+        k = max(job.node_count, 1)
+        gpus = job.gpus_per_node
+        # Resources only shrink during a pass, so a request that failed fails again.
+        key = self._cache_key(ask)
+        cached = self.failures.get(key)
+        if cached is not None:
+            return cached
+        fitting = sum(n for f, n in pool.histogram.items() if f >= gpus)
+        if fitting < k:
+            failure = Failure(
+                Reason.WAITS_FOR_RESOURCES,
+                f"needs {k} node(s) with {gpus} free GPUs; {fitting} in partition "
+                f"{pool.partition.name}",
+            )
+            self.failures[key] = failure
+            return failure
+        if k == 1 and not job.required_nodes:
+            result = self._start_single(ask)
+        else:
+            result = self._start_gang(ask)
+        if isinstance(result, Failure):
+            self.failures[key] = result
+            return result
+        return None
+
+    def _start_reason(self, placed: Reason) -> Reason:
+        return Reason.BACKFILL if self.reservations else placed
+
+    def _commit_start(self, ask: Ask, chosen: Sequence[str], placed: Reason, detail: str) -> None:
+        job = ask.job
+        for name in chosen:
+            self._take_now(name, self._need(job, self.snapshot.nodes[name]), ask.end)
+        self.actions.append(Start(job.job_id, tuple(chosen), self._start_reason(placed), detail))
+
+    # -- the placement concerns (single.py, gang.py, reserve.py, elastic.py) -----------------
+    @abstractmethod
+    def _start_single(self, ask: Ask) -> Failure | None:
+        """Start a one-node job now on the node FGD (and end alignment) picks."""
+
+    @abstractmethod
+    def _start_gang(self, ask: Ask) -> Failure | None:
+        """Start a multi-node (or node-pinned) job now on the fewest leaves."""
+
+    @abstractmethod
+    def _try_reserve(self, asks: Sequence[Ask], failure: Failure) -> bool:
+        """Hold the earliest block of nodes that frees up for the job; False if none ever does."""
+
+    @abstractmethod
+    def _earliest_block(
+        self, ask: Ask, one_leaf: bool | None = None
+    ) -> tuple[float, list[str]] | None:
+        """When and on which nodes the job could start first, by the timeline."""
+
+    @abstractmethod
+    def _elastic_span(self, job: Job) -> tuple[int, int] | None:
+        """``(MIN, MAX)`` nodes of an elastic job the planner may start smaller; else None."""
+
+    @abstractmethod
+    def _start_elastic(self, asks: Sequence[Ask], low: int) -> bool:
+        """Start an elastic job on fewer nodes now if that finishes before waiting for all."""

@@ -1,0 +1,147 @@
+"""Backfill reservations: when and on which nodes a job that cannot start now will start.
+
+The job is held on the earliest block of nodes the timeline frees up for
+it, so lower-priority jobs start now only where they delay no reservation.
+Kept apart because it reads the future (release and reservation times),
+where the start-now placements read only what is free now.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+from collections.abc import Sequence
+
+from slurmopt.policy.backfill import INFINITY
+from slurmopt.policy.decisions import Reason, Reservation
+from slurmopt.policy.placement import choose_leaves
+from slurmopt.policy.planner import Ask, Failure, PlannerCore, Pool
+
+
+class Reservations(PlannerCore):
+    """Reserves nodes for jobs that wait; mixed into the planner by ``plan``."""
+
+    def _try_reserve(self, asks: Sequence[Ask], failure: Failure) -> bool:
+        """Hold the earliest block of nodes that frees up for the job; False if none ever does."""
+        best: tuple[float, list[str], Pool] | None = None
+        for ask in asks:
+            found = self._earliest_block(ask)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = (found[0], found[1], ask.pool)
+        if best is None:
+            return False
+        job = asks[0].job
+        start, chosen, pool = best
+        limit = self._end(job, pool.partition) - self.now
+        end = start + limit
+        for name in chosen:
+            self._reserve(job.job_id, name, self._need(job, self.snapshot.nodes[name]), start, end)
+        self.reservations.append(
+            Reservation(job.job_id, tuple(chosen), start, failure.reason, failure.detail)
+        )
+        wait = start - self.now
+        self._unplaced(
+            job,
+            Reason.WAITS_FOR_RESERVATION,
+            f"{failure.detail}; reserved {len(chosen)} node(s) from now+{wait:.0f} s",
+            start,
+        )
+        return True
+
+    def _availability(self, ask: Ask) -> dict[str, list[tuple[float, str]]]:
+        """Per leaf (or per off-leaf node, for one-node jobs): when each node is ready, sorted.
+
+        For jobs without node constraints the lists are cached per leaf and
+        rebuilt only for leaves whose nodes changed since.
+        """
+        job, pool, constraint = ask.job, ask.pool, ask.constraint
+        gpus = job.gpus_per_node
+        nodes = self.snapshot.nodes
+        ready_from = self.timeline.available_from
+        simple = self._is_simple(job)
+        groups = pool.leaf_nodes if ask.k > 1 else pool.avail_groups
+        cache = pool.avail_cache.setdefault(gpus, {}) if simple else None
+        out: dict[str, list[tuple[float, str]]] = {}
+        for key, members in groups.items():
+            version = self.versions.get(key, 0)
+            if cache is not None:
+                hit = cache.get(key)
+                if hit is not None and hit[0] == version:
+                    if hit[1]:
+                        out[key] = hit[1]
+                    continue
+            times = []
+            for name in members:
+                node = nodes[name]
+                if node.gpus_total < gpus:
+                    continue
+                if not simple and not self._static_ok(job, node, constraint, gpus):
+                    continue
+                at = ready_from(name, self._need(job, node))
+                if at < INFINITY:
+                    times.append((at, name))
+            times.sort()
+            if cache is not None:
+                cache[key] = (version, times)
+            if times:
+                out[key] = times
+        return out
+
+    def _earliest_block(
+        self, ask: Ask, one_leaf: bool | None = None
+    ) -> tuple[float, list[str]] | None:
+        """When and on which nodes the job could start first, by the timeline.
+
+        A gang that fits one leaf gets the earliest one-leaf block when
+        ``one_leaf`` (default: the policy's ``reserve_one_leaf``), else the
+        earliest block anywhere, on the fewest leaves at that time.
+        """
+        if one_leaf is None:
+            one_leaf = self.policy.reserve_one_leaf
+        job, pool, k = ask.job, ask.pool, ask.k
+        gpus = job.gpus_per_node
+        when = self._availability(ask)
+        required = set(job.required_nodes)
+        if required:
+            req = [(at, n) for v in when.values() for at, n in v if n in required]
+            if len(req) < len(required):
+                return None
+            if len(required) >= k:
+                return max(at for at, _ in req), sorted(required)[:k]
+        single = one_leaf and self._single_leaf(pool, k, gpus) and not required
+        if single or k == 1:
+            starts = [v[k - 1][0] for v in when.values() if len(v) >= k]
+            if not starts:
+                return None
+            start = min(starts)
+        else:
+            earliest = list(itertools.islice(heapq.merge(*when.values()), k))
+            if len(earliest) < k:
+                return None
+            start = earliest[-1][0]
+        ready: dict[str, list[tuple[float, str]]] = {}
+        for key, v in when.items():
+            upto = bisect.bisect_right(v, (start, "\uffff"))
+            if upto:
+                ready[key] = v[:upto]
+        if k == 1:
+            _, name = min(v[0] for v in ready.values())
+            return start, [name]
+        fixed = [n for v in ready.values() for _, n in v if n in required]
+        choice = choose_leaves(
+            {leaf: sum(1 for _, n in v if n not in required) for leaf, v in ready.items()},
+            k - len(fixed),
+            self.group_of,
+            single,
+        )
+        if choice is None:
+            return None
+        chosen = list(fixed)
+        for leaf, count in choice.take:
+            # Latest-ready nodes first: the earlier ones stay free for backfill.
+            ranked = sorted(
+                (n for n in ready[leaf] if n[1] not in required), key=lambda x: (-x[0], x[1])
+            )
+            chosen.extend(n for _, n in ranked[:count])
+        return start, chosen

@@ -1,0 +1,140 @@
+"""Single-node placement: which node a one-node job takes now.
+
+FGD chooses the free-GPU bucket that strands the fewest GPUs for the
+queue's job sizes; within it the best-fit node, and with ``align_ends`` the
+partly used node whose running jobs end nearest the job's own end.  Kept
+apart because it reads the per-count buckets, which no gang rule uses.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+from slurmopt.policy.decisions import Reason, Start
+from slurmopt.policy.placement import fgd_increase
+from slurmopt.policy.planner import Ask, Failure, PlannerCore
+
+
+class SingleNodePlacement(PlannerCore):
+    """Starts one-node jobs; mixed into the planner by ``plan``."""
+
+    def _start_single(self, ask: Ask) -> Failure | None:
+        job, pool, end = ask.job, ask.pool, ask.end
+        gpus = job.gpus_per_node
+        rise = fgd_increase(pool.histogram, self.shapes, gpus)
+        blocked = False
+        order = sorted(rise, key=lambda f: (rise[f], f - gpus))
+        for i, f in enumerate(order):
+            name, held_back = self._first_in_bucket(ask, f)
+            blocked = blocked or held_back
+            if name is None:
+                continue
+            if self.policy.align_ends:
+                name, f = self._aligned_across(ask, order[i + 1 :], name, f)
+            node = self.snapshot.nodes[name]
+            need = self._need(job, node)
+            self._take_now(name, need, end)
+            detail = (
+                f"{name}: {need} of {f} free GPUs taken, {f - need} left; "
+                f"FGD unusable GPUs {rise[f]:+.2f}"
+            )
+            self.actions.append(
+                Start(job.job_id, (name,), self._start_reason(Reason.BEST_FIT_NODE), detail)
+            )
+            return None
+        if blocked:
+            return Failure(
+                Reason.RESERVED,
+                f"nodes with {gpus} free GPUs are reserved for higher-priority jobs",
+            )
+        return Failure(
+            Reason.WAITS_FOR_RESOURCES,
+            f"needs {gpus} free GPUs on one node matching its constraints",
+        )
+
+    def _aligned_across(
+        self, ask: Ask, buckets: Sequence[int], name: str, free: int
+    ) -> tuple[str, int]:
+        """Of the partly used nodes the job may take, the one ending nearest ``ask.end``.
+
+        ``name`` (with ``free`` free GPUs) is FGD's choice; when it is a partly
+        used node, the aligned node of each other bucket competes with it on
+        the end gap alone.  Best fit strands little at the start, but nodes
+        whose jobs end far apart strand the rest while the last one runs on;
+        over a replay that costs more than the fit saves.  An idle choice
+        stays: there is no end to match.
+        """
+        gap = self._end_gap(name, ask.end)
+        if gap is None:
+            return name, free
+        best = (gap, name, free)
+        for other_free in buckets:
+            other, _ = self._first_in_bucket(ask, other_free)
+            if other is None:
+                continue
+            other_gap = self._end_gap(other, ask.end)
+            if other_gap is not None and other_gap < best[0]:
+                best = (other_gap, other, other_free)
+        return best[1], best[2]
+
+    def _first_in_bucket(self, ask: Ask, free: int) -> tuple[str | None, bool]:
+        """The best-fit node with ``free`` free GPUs the job may take; and was one reserved."""
+        heap = ask.pool.buckets.get(free, [])
+        skipped: list[tuple[int, int, str]] = []
+        found: str | None = None
+        blocked = False
+        while heap:
+            entry = heapq.heappop(heap)
+            name = entry[2]
+            if self.timeline.free[name] != free:
+                continue  # stale: the node has moved to another bucket
+            skipped.append(entry)
+            node = self.snapshot.nodes[name]
+            if self._fits_now(ask, node, respect=True):
+                found = name
+                break
+            if not blocked and self._fits_now(ask, node, respect=False):
+                blocked = True
+        if found is not None and self.policy.align_ends and heap:
+            found = self._closest_end(ask, heap, found, free)
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+        return found, blocked
+
+    def _closest_end(
+        self, ask: Ask, heap: list[tuple[int, int, str]], first: str, free: int
+    ) -> str:
+        """Of the partly used nodes with ``free`` free GPUs, the one ending nearest ``ask.end``.
+
+        A node whose GPUs all free up within a short span empties whole; one
+        that keeps a single long job strands the rest.  Only partly used
+        nodes are compared (an idle node has no end to match), so with no
+        running jobs nothing changes; on a tie the best-fit node ``first``
+        stays, else the first found of the equally near ones.
+        """
+        end = ask.end
+        gap = self._end_gap(first, end)
+        if gap is None:
+            return first
+        best = (gap, first)
+        free_now = self.timeline.free  # read once: this loop is the pass's hottest
+        for _, _, name in heap:  # the heap's own list, read without popping
+            if free_now[name] != free:
+                continue
+            other = self._end_gap(name, end)
+            if other is None or other >= best[0]:
+                continue
+            if self._fits_now(ask, self.snapshot.nodes[name], respect=True):
+                best = (other, name)
+        return best[1]
+
+    def _end_gap(self, name: str, end: float) -> float | None:
+        """Seconds between ``end`` and the last running job's end on the node; None when idle."""
+        if name in self.timeline.reserved:
+            events = self.cache.running_releases(name)
+        else:
+            events = self.timeline.events.get(name, [])
+        if not events:
+            return None
+        return abs(events[-1][0] - end)
