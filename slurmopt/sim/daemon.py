@@ -117,7 +117,10 @@ class DaemonScheduler:
         """When the engine must run a pass even without an event (inf: never)."""
         if self.client is None:
             return math.inf
-        return min(self.client.next_ack(), self._follow_up)
+        # Only times after the last cycle: an ack that cycle did not read (it stopped before
+        # its snapshot) is read at the next one, and the engine never stops twice at one time.
+        due = (t for t in (self.client.next_ack(), self._follow_up) if t > self._now)
+        return min(due, default=math.inf)
 
     def take_requeues(self) -> list[tuple[int, float, float]]:
         """Jobs the daemon requeued in the last pass: (job, run's start, signal time)."""

@@ -273,11 +273,5 @@ class SimSlurmClient:
         """When the next signalled job acknowledges its checkpoint (inf: none will)."""
         return min((due for due, _ in self._acks.values()), default=math.inf)
 
-    def end(self, job_id: int) -> None:
-        """The job ends (for use without the engine, which ends jobs itself)."""
-        self.cluster.finish(job_id, self.clock())
-        self._acks.pop(job_id, None)
-        self._signalled.pop(job_id, None)
-
 
 __all__ = ["PLUGIN_HOLD_REASON", "SimSlurmClient", "plugin_admit"]
