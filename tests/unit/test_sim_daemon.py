@@ -129,9 +129,11 @@ def test_sim_client_changes_jobs_as_the_shared_fake_does() -> None:
 
 
 # -- (b) the daemon's loop and the planner policy agree -------------------------------------
-@pytest.mark.parametrize(("jobs", "seed"), [(60, 1), (100, 2), (140, 3)])
+@pytest.mark.parametrize(
+    ("jobs", "seed", "elastic"), [(60, 1, 0.0), (100, 2, 0.0), (140, 3, 0.0), (100, 5, 0.6)]
+)
 def test_daemon_loop_starts_every_job_as_the_planner_policy_does(
-    jobs: int, seed: int, daemon_runs: list[DaemonScheduler]
+    jobs: int, seed: int, elastic: float, daemon_runs: list[DaemonScheduler]
 ) -> None:
     """Same start time and nodes for every job, with no preemptible jobs.
 
@@ -140,7 +142,7 @@ def test_daemon_loop_starts_every_job_as_the_planner_policy_does(
     gives the planner the order it gets from the trace; a released job starts
     at the cycle's own instant; and cycles run at the passes the engine runs.
     """
-    trace = _trace(jobs, seed)
+    trace = _trace(jobs, seed, elastic=elastic)
     assert {j.priority for j in trace.jobs} == {0}
     assert any(j.nodes > 1 for j in trace.jobs) and any(j.nodes == 1 for j in trace.jobs)
     planner, _ = _run(trace, "slurmopt")
@@ -150,6 +152,11 @@ def test_daemon_loop_starts_every_job_as_the_planner_policy_does(
     assert looped.metrics["finished"] == jobs
     assert looped.metrics["scheduler_passes"] == planner.metrics["scheduler_passes"]
     assert scheduler.last is not None and scheduler.last.mode.value == "enforcing"
+    # Elastic jobs started smaller went through the daemon's NumNodes= change.
+    assert scheduler.client is not None
+    smaller = looped.metrics["elastic_smaller_starts"]
+    shrinks = scheduler.client.writes["shrink"]
+    assert (shrinks > 0, smaller > 0) == (elastic > 0, elastic > 0)
 
 
 # -- (c) preemption is the daemon's own ------------------------------------------------------
