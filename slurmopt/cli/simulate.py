@@ -25,7 +25,13 @@ from slurmopt.sim.fill import (
     read_node_list,
     read_pods,
 )
-from slurmopt.sim.schedulers import BF_INTERVAL_S, BF_MAX_JOB_TEST, BF_WINDOW_S, parse_variant
+from slurmopt.sim.schedulers import (
+    BF_INTERVAL_S,
+    BF_MAX_JOB_TEST,
+    BF_WINDOW_S,
+    OPT_IN_POLICIES,
+    parse_variant,
+)
 from slurmopt.sim.traces import FORMATS
 
 DEFAULT_FABRIC = "fat-tree:128:16"
@@ -75,7 +81,7 @@ def _check_policies(
     ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 ) -> tuple[str, ...]:
     """Known names, or ``slurmopt:KEY=VALUE,...`` variants whose keys and values parse."""
-    known = set(POLICIES) | set(FILL_POLICIES)
+    known = set(POLICIES) | set(OPT_IN_POLICIES) | set(FILL_POLICIES)
     for name in value:
         if name in known:
             continue
@@ -127,7 +133,8 @@ def _check_policies(
     multiple=True,
     callback=_check_policies,
     help="A policy to run; repeat for several (default: all of the mode's): "
-    f"{', '.join(sorted(set(POLICIES) | set(FILL_POLICIES)))}; best-fit is fill mode only. "
+    f"{', '.join(sorted(set(POLICIES) | set(FILL_POLICIES)))}; best-fit is fill mode only; "
+    f"{', '.join(OPT_IN_POLICIES)} (the daemon's whole loop) runs only when named. "
     "A variant of slurmopt changes planner knobs: 'slurmopt:compact_wait_share=none,"
     "align_ends=off,runtime=history' (docs/simulator.md).",
 )
@@ -236,7 +243,8 @@ def simulate_cmd(
             max_arrived, gpus_per_node, plot, as_json, series,
         )  # fmt: skip
         return
-    wrong = sorted(p for p in policies if p not in POLICIES and not p.startswith("slurmopt:"))
+    replay = set(POLICIES) | set(OPT_IN_POLICIES)
+    wrong = sorted(p for p in policies if p not in replay and not p.startswith("slurmopt:"))
     if wrong:
         raise UsageError(f"--policy {wrong[0]} runs in --mode fill only")
     if node_list is not None:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from slurmopt.policy.fragmentation import JobShape, fgd_unusable_share
+from slurmopt.policy.preemption import PreemptionCost
 from slurmopt.sim.cluster import SimCluster
 from slurmopt.sim.comm import CommModel, Stretcher
 from slurmopt.sim.metrics import JobOutcome, Sample, SimResult
@@ -143,6 +144,11 @@ class Simulation:
         #: Victims signalled and when they acknowledge, the preemption in flight.
         acks: list[tuple[float, int, float]] = []
         victims_of = getattr(self.scheduler, "victims", None)
+        # A scheduler that preempts by itself (the daemon's loop) says when it must run
+        # without an event (a checkpoint due) and which jobs it requeued.
+        wake_of = getattr(self.scheduler, "wake_at", None)
+        requeued_of = getattr(self.scheduler, "take_requeues", None)
+        preempts = victims_of is not None or requeued_of is not None
         #: The checkpoint and restart times the scheduler priced its preemptions with.
         cost = getattr(self.scheduler, "preempt_cost", SIM_PREEMPTION)
         tick_s = self.scheduler.tick_s
@@ -163,9 +169,11 @@ class Simulation:
                 ends[0][0] if ends else math.inf,
                 acks[0][0] if acks else math.inf,
                 wake,
+                wake_of() if wake_of is not None else math.inf,
             )
             if at == math.inf:
                 break
+            woken = wake_of is not None and wake_of() <= at
             self._advance(clock, at)
             if agent is not None:
                 agent.settle(at, bool(cluster.pending))
@@ -185,11 +193,7 @@ class Simulation:
                 outcome = outcomes[job_id]
                 started = cluster.running[job_id].start_time
                 run_start = signalled if started is None else started
-                progress = (signalled - run_start) / (outcome.stretch * outcome.scale)
-                done_s[job_id] = done_s.get(job_id, 0.0) + progress
-                outcome.preempted += 1
-                gpus = len(outcome.nodes) * outcome.job.gpus_per_node
-                outcome.lost_gpu_s += gpus * (at - signalled + cost.restart_s)
+                _count_preemption(outcome, run_start, signalled, at, cost, done_s)
                 del live_end[job_id]
                 cluster.requeue(job_id)
                 pending_priorities[job_id] = outcome.job.priority
@@ -213,17 +217,24 @@ class Simulation:
                 if tick:
                     agent.passed(at, bool(cluster.pending))
             starts: list[tuple[int, tuple[str, ...]]] = []
-            if cluster.pending and (tick or freed or arrived):
-                run_pass = tick or freed or self._might_start(arrived, pending_priorities)
+            if (cluster.pending and (tick or freed or arrived)) or woken:
+                run_pass = woken or tick or freed
+                run_pass = run_pass or self._might_start(arrived, pending_priorities)
                 # A job that fits nowhere may still make room by preemption: plan it.
                 run_pass = run_pass or (
-                    victims_of is not None and bool(arrived) and cluster.preemptible_running > 0
+                    preempts and bool(arrived) and cluster.preemptible_running > 0
                 )
                 if run_pass:
                     passes += 1
                     starts = self.scheduler.schedule(cluster, at, tick)
             for job in arrived:
                 pending_priorities[job.job_id] = job.priority
+            for job_id, run_start, signalled in requeued_of() if requeued_of is not None else ():
+                # The scheduler already requeued it in the cluster; only the accounting is left.
+                _count_preemption(outcomes[job_id], run_start, signalled, at, cost, done_s)
+                live_end.pop(job_id, None)
+                pending_priorities[job_id] = outcomes[job_id].job.priority
+                events += 1
             for job_id, nodes in starts:
                 cluster.start(job_id, nodes, at)
                 pending_priorities.pop(job_id, None)
@@ -318,6 +329,22 @@ class Simulation:
             clock.fgd += clock.fgd_now * dt
             clock.fgd_time += dt
         clock.last = at
+
+
+def _count_preemption(
+    outcome: JobOutcome,
+    run_start: float,
+    signalled: float,
+    at: float,
+    cost: PreemptionCost,
+    done_s: dict[int, float],
+) -> None:
+    """A run checkpointed at ``signalled`` and requeued at ``at``: its work kept, its loss."""
+    progress = (signalled - run_start) / (outcome.stretch * outcome.scale)
+    done_s[outcome.job.job_id] = done_s.get(outcome.job.job_id, 0.0) + progress
+    outcome.preempted += 1
+    gpus = len(outcome.nodes) * outcome.job.gpus_per_node
+    outcome.lost_gpu_s += gpus * (at - signalled + cost.restart_s)
 
 
 def _shapes(jobs: list[TraceJob]) -> tuple[JobShape, ...]:

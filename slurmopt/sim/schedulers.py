@@ -50,6 +50,9 @@ from slurmopt.policy.preemption import (
 from slurmopt.sim.cluster import SimCluster
 
 POLICIES = ("slurmopt", "slurm-fifo", "slurm-backfill-tree")
+#: Policies run only when named (``--policy``), not by default: ``slurmopt-daemon``
+#: (:mod:`slurmopt.sim.daemon`) runs the daemon's whole loop, far slower than ``slurmopt``.
+OPT_IN_POLICIES = ("slurmopt-daemon",)
 
 #: Slurm's defaults (slurm.conf SchedulerParameters): 500 jobs, 1 day, every 30 s.
 BF_MAX_JOB_TEST = 500
@@ -523,11 +526,16 @@ def make_scheduler(
             "oracle": OracleEstimate(),
         }[runtime]
         return PlannerScheduler(fabric, policy, name=name, estimate=estimate, preempt=preempt)
+    if name == "slurmopt-daemon":
+        from slurmopt.sim.daemon import DaemonScheduler  # imports the daemon, store and SQLAlchemy
+
+        return DaemonScheduler(fabric)
     if name == "slurm-fifo":
         return SlurmFifo()
     if name == "slurm-backfill-tree":
         return SlurmBackfillTree(fabric, bf_max_job_test, bf_window_s, bf_interval_s)
-    raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+    known = ", ".join((*POLICIES, *OPT_IN_POLICIES))
+    raise ValueError(f"unknown policy {name!r} (known: {known})")
 
 
 #: Planner knobs a ``slurmopt:`` variant may set (``slurmopt.policy.knobs.KNOBS``).

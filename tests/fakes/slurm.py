@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session
 
 from slurmopt.errors import SlurmCommandError, SlurmUnavailable
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
+from slurmopt.slurm import jobstate
 from slurmopt.slurm.base import JobStatus
 from slurmopt.store import JobTransition, Preemption, Store
 from slurmopt.tag import with_checkpoint
@@ -323,13 +324,11 @@ class FakeSlurm:
         self.jobs[job_id] = dataclasses.replace(self.jobs[job_id], **changes)
 
     def hold(self, job_id: int) -> None:
-        self._enter("hold", job_id)
-        self._set(job_id, held=True, reason="JobHeldAdmin", priority=0)
+        self.jobs[job_id] = jobstate.held(self._enter("hold", job_id))
         self._done(("hold", job_id))
 
     def release(self, job_id: int) -> None:
-        self._enter("release", job_id)
-        self._set(job_id, held=False, reason="", priority=1)
+        self.jobs[job_id] = jobstate.released(self._enter("release", job_id))
         self._done(("release", job_id))
 
     def pin(self, job_id: int, nodes: Sequence[str]) -> None:
@@ -354,17 +353,7 @@ class FakeSlurm:
                 self.nodes[name] = dataclasses.replace(
                     self.nodes[name], gpus_alloc=0, state=NodeState.IDLE
                 )
-        self._set(
-            job_id,
-            state=JobState.PENDING,
-            nodes=(),
-            held=hold,
-            reason="JobHeldAdmin" if hold else "",
-            priority=0 if hold else 1,
-            restarts=job.restarts + 1,
-            start_time=None,
-            submit_time=self.clock,
-        )
+        self.jobs[job_id] = jobstate.requeued(job, self.clock, hold)
         self._done(("requeue", job_id, hold))
 
     def shrink(self, job_id: int, node_count: int) -> None:
