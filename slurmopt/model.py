@@ -7,10 +7,20 @@ handles to Slurm, so a snapshot can be stored, replayed or compared.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from types import MappingProxyType
+
+
+def _reduce(obj: Job | ClusterSnapshot) -> tuple[type, tuple[object, ...]]:
+    """Pickle a value whose read-only mappings (``MappingProxyType``) cannot be pickled:
+    rebuild it from its fields, the mappings as dicts (``__post_init__`` wraps them again)."""
+    args = tuple(
+        dict(v) if isinstance(v, MappingProxyType) else v
+        for v in (getattr(obj, f.name) for f in fields(obj))
+    )
+    return type(obj), args
 
 
 class NodeState(StrEnum):
@@ -182,6 +192,9 @@ class Job:
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpu_indices", MappingProxyType(dict(self.gpu_indices)))
 
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return _reduce(self)
+
     @property
     def is_active(self) -> bool:
         """The job holds nodes now (running, suspended, completing)."""
@@ -230,6 +243,9 @@ class ClusterSnapshot:
         for name in ("nodes", "jobs", "partitions"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return _reduce(self)
+
     @classmethod
     def build(
         cls,
@@ -249,6 +265,35 @@ class ClusterSnapshot:
             slurm_version=slurm_version,
             source=source,
         )
+
+    def with_started(
+        self, starts: Iterable[tuple[int, Sequence[str]]], at: float
+    ) -> ClusterSnapshot:
+        """The snapshot once each pending job of ``starts`` runs on its nodes from ``at``.
+
+        What a planner must see of starts Slurm has not shown yet: the
+        daemon's pins in flight, and a plan's own starts when that plan then
+        looks for a preemption.  Each job holds its GPUs on each node (the
+        whole node when exclusive); a job not pending here, or a node not
+        known, is left out.
+        """
+        nodes = dict(self.nodes)
+        jobs = dict(self.jobs)
+        changed = False
+        for job_id, names in starts:
+            job = jobs.get(job_id)
+            if job is None or not job.is_pending:
+                continue
+            changed = True
+            held = tuple(n for n in names if n in nodes)
+            jobs[job_id] = replace(
+                job, state=JobState.RUNNING, nodes=held, node_count=len(held), start_time=at
+            )
+            for name in held:
+                node = nodes[name]
+                gpus = node.gpus_total if job.exclusive else job.gpus_per_node
+                nodes[name] = replace(node, gpus_alloc=min(node.gpus_total, node.gpus_alloc + gpus))
+        return replace(self, nodes=nodes, jobs=jobs) if changed else self
 
     def active_jobs(self) -> list[Job]:
         """Jobs that hold nodes now."""

@@ -38,7 +38,6 @@ again in the same cycle.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -137,39 +136,18 @@ def with_pins_in_flight(
     pinned again.  Each such job is shown running on its recorded nodes
     from ``now`` for its time limit, with its GPUs counted on them.
     """
-    nodes = dict(snapshot.nodes)
-    jobs = dict(snapshot.jobs)
-    changed = False
+    pins = []
     for record in records.values():
         job = snapshot.jobs.get(record.job_id)
         if (
-            record.state is not S.PINNED
-            or not record.nodes
-            or job is None
-            or not job.is_pending
-            or not same_incarnation(record, job)
+            record.state is S.PINNED
+            and record.nodes
+            and job is not None
+            and job.is_pending
+            and same_incarnation(record, job)
         ):
-            continue
-        changed = True
-        names = tuple(n for n in expand(record.nodes) if n in nodes)
-        jobs[job.job_id] = dataclasses.replace(
-            job, state=JobState.RUNNING, nodes=names, start_time=now
-        )
-        for name in names:
-            node = nodes[name]
-            gpus = node.gpus_total if job.exclusive else job.gpus_per_node
-            alloc = min(node.gpus_total, node.gpus_alloc + gpus)
-            nodes[name] = dataclasses.replace(node, gpus_alloc=alloc)
-    if not changed:
-        return snapshot
-    return ClusterSnapshot.build(
-        snapshot.taken_at,
-        nodes.values(),
-        jobs.values(),
-        snapshot.partitions.values(),
-        snapshot.slurm_version,
-        snapshot.source,
-    )
+            pins.append((job.job_id, expand(record.nodes)))
+    return snapshot.with_started(pins, now)
 
 
 def live_records(store: Store) -> list[ManagedJob]:
