@@ -52,7 +52,7 @@ from slurmopt.config import Config
 from slurmopt.fabric.generators import fat_tree
 from slurmopt.model import ClusterSnapshot, JobState, NodeState
 from slurmopt.policy.fragmentation import fragmentation_report
-from slurmopt.policy.plan import Plan, plan
+from slurmopt.policy.plan import Plan, PlanRequest, plan
 from slurmopt.store import FragmentationSample, Store
 
 PLAN_TABLES = frozenset({"plans", "decisions"})
@@ -167,7 +167,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         lines = []
         now = NOW
         for cycle in range(args.warmup + args.cycles + 1):
-            made = plan(snapshot, fabric, now=now)
+            made = plan(PlanRequest(snapshot, fabric, now=now))
             report = fragmentation_report(snapshot, fabric)
             lines.append(len(made.actions) + len(made.reservations) + len(made.unplaced))
             for name, store in stores.items():

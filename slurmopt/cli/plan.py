@@ -45,7 +45,7 @@ def planning_pass(wiring: Wiring, snapshot: ClusterSnapshot, now: float) -> dict
     """The advisory daemon's plan for ``snapshot``, as the ``--json`` document."""
     from slurmopt.daemon.loop import Daemon
     from slurmopt.daemon.managed import advised, planning_priorities
-    from slurmopt.policy.plan import plan
+    from slurmopt.policy.plan import PlanRequest, plan
 
     fabric = wiring.fabric(snapshot)
     parts = wiring.config.managed_partitions
@@ -54,14 +54,10 @@ def planning_pass(wiring: Wiring, snapshot: ClusterSnapshot, now: float) -> dict
     )
     recorded, note = recorded_priorities(wiring) if planned else ({}, None)
     priorities = planning_priorities(planned, recorded)
-    result = plan(
-        snapshot,
-        fabric,
-        Daemon.policy_for(wiring.config),
-        now,
-        managed=lambda job: advised(job, parts),
-        priorities=priorities,
-    )
+    policy = Daemon.policy_for(wiring.config)
+    managed = frozenset(j.job_id for j in planned)
+    request = PlanRequest(snapshot, fabric, policy, now, managed=managed, priorities=priorities)
+    result = plan(request)
     return {
         **result.to_json(),
         "snapshot_taken_at": snapshot.taken_at,

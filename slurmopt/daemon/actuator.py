@@ -1,4 +1,10 @@
-"""The actuator: carries out a plan's starts in Slurm, recording each one first.
+"""The actuator: carries out a plan in Slurm, recording each step first.
+
+It is the one executor of plans: starts (below), hand-backs, waiting
+jobs' comments, and the plan's preemption, whose first step (each
+victim's row and signal) it asks the preempter to take
+(:meth:`slurmopt.daemon.preempt.Preempter.begin`); the preempter then
+moves the victims on at every cycle.
 
 For each ``Start(job, nodes)`` of a managed job that slurmopt holds, in the
 same fresh snapshot the plan was made from:
@@ -25,17 +31,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from slurmopt.daemon.managed import ours
 from slurmopt.daemon.reconcile import LEFT_TO_SLURM, move
 from slurmopt.errors import SlurmCommandError
 from slurmopt.model import ClusterSnapshot, Job
-from slurmopt.policy.plan import HAND_BACK_REASONS, Plan, Start, Unplaced
+from slurmopt.policy.plan import HAND_BACK_REASONS, Plan, PreemptionChoice, Start, Unplaced
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.store import ManagedJob, ManagedJobState, Store
 from slurmopt.tag import with_status
+
+if TYPE_CHECKING:
+    from slurmopt.daemon.preempt import PreemptResult
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +71,20 @@ class ActResult:
     commented: list[int] = field(default_factory=list)
     skipped: dict[int, str] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)
+    #: Victims of the plan's preemption that were signalled.
+    signalled: list[int] = field(default_factory=list)
+
+
+class PreemptionStarter(Protocol):
+    """Takes a planned preemption's first step (:class:`~slurmopt.daemon.preempt.Preempter`)."""
+
+    def begin(
+        self,
+        choice: PreemptionChoice,
+        records: Mapping[int, ManagedJob],
+        now: float,
+        plan_id: int | None,
+    ) -> PreemptResult: ...
 
 
 class Actuator:
@@ -71,10 +95,12 @@ class Actuator:
         store: Store,
         client: SlurmClient,
         managed_partitions: Collection[str] = (),
+        preempter: PreemptionStarter | None = None,
     ) -> None:
         self.store = store
         self.client = client
         self.managed_partitions = tuple(managed_partitions)
+        self.preempter = preempter
         #: Admin comment last set per job, so an unchanged one is not set again.
         self._comments: dict[int, str] = {}
 
@@ -86,8 +112,12 @@ class Actuator:
         now: float,
         skip: Collection[int] = (),
         may_act: Callable[[], bool] = lambda: True,
+        plan_id: int | None = None,
     ) -> ActResult:
-        """Carry out ``plan``; ``records`` are the live store records by job id."""
+        """Carry out ``plan``; ``records`` are the live store records by job id.
+
+        ``plan_id``: the stored plan, which a preemption's rows point to.
+        """
         result = ActResult()
         for action in plan.actions:
             if not may_act():
@@ -106,6 +136,12 @@ class Actuator:
                     self._hand_back(job, record, unplaced, now, result)
                 continue
             self._comment(job, waiting_comment(unplaced), result)
+        for choice in plan.preemptions:
+            if self.preempter is None or not may_act():
+                break
+            done = self.preempter.begin(choice, records, now, plan_id)
+            result.signalled.extend(done.signalled)
+            result.failed.update(done.failed)
         for job_id in list(self._comments):
             if job_id not in records:
                 del self._comments[job_id]

@@ -73,7 +73,7 @@ from slurmopt.metrics import DaemonMetrics
 from slurmopt.model import ClusterSnapshot, Job
 from slurmopt.policy.fragmentation import fragmentation_report
 from slurmopt.policy.knobs import configured
-from slurmopt.policy.plan import Plan, Policy, plan
+from slurmopt.policy.plan import Plan, PlanRequest, Policy, plan
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.store import Fence, LeaseLost, ManagedJob, Store
 from slurmopt.store.retention import PruneCounts, Retention
@@ -240,10 +240,10 @@ class Daemon:
             config.pin_timeout_s,
             may_hold=self._may_act_now,
         )
-        self.actuator = Actuator(store, self.client, self.managed_partitions)
         self.preempter = Preempter(
             store, self.client, PreemptionSettings.from_config(config), metrics=self.metrics
         )
+        self.actuator = Actuator(store, self.client, self.managed_partitions, self.preempter)
 
     # -- permission to act -------------------------------------------------------------------
     def _disabled(self) -> bool:
@@ -484,10 +484,17 @@ class Daemon:
         )
         # Jobs pinned but not yet started hold their nodes (the actuator reads the real snapshot).
         planned = with_pins_in_flight(snapshot, records, now) if acting else snapshot
-        started = time.perf_counter()
-        result.plan = plan(
-            planned, self.fabric, self.policy, now, managed=managed, priorities=priorities
+        request = PlanRequest(
+            planned,
+            self.fabric,
+            self.policy,
+            now,
+            managed=frozenset(j.job_id for j in planned_jobs),
+            priorities=priorities,
+            preemption=self.preempter.ask(records) if acting else None,
         )
+        started = time.perf_counter()
+        result.plan = plan(request)
         duration = time.perf_counter() - started
         result.plan_id = self.store.record_plan(result.plan, snapshot.taken_at, duration)
         report = fragmentation_report(snapshot, self.fabric)
@@ -514,18 +521,19 @@ class Daemon:
                 result.mode = Mode.DISABLED
                 log.warning("disabled or stopping during the cycle; acting on nothing")
             else:
-                result.acted = self.actuator.apply(
-                    result.plan, snapshot, records, now, skip, may_act=self._switch_off
+                # The preemptions in flight move on first: the plan asked for a new one only
+                # if there was none, and the one it starts is first seen again next cycle.
+                result.preempted = self.preempter.advance(
+                    snapshot, now, may_act=self._switch_off
                 )
-                result.preempted = self.preempter.step(
-                    snapshot,
-                    self.fabric,
+                result.acted = self.actuator.apply(
                     result.plan,
+                    snapshot,
                     records,
-                    priorities,
                     now,
-                    result.plan_id,
+                    skip,
                     may_act=self._switch_off,
+                    plan_id=result.plan_id,
                 )
         starts = len(result.acted.started) if result.acted else 0
         summary = (

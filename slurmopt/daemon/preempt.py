@@ -1,12 +1,15 @@
 """Checkpoint-acknowledged preemption, carried out by the enforcing daemon.
 
 One preemption makes room for one waiting managed job (the preemptor) by
-stopping whole gangs of running ``preemptible`` jobs (the victims, chosen
-by :func:`slurmopt.policy.preemption.choose_victims`).  Each victim has a
-row in the store's ``preemptions`` table and moves through the managed-job
-states, every step recorded before the Slurm call it leads to::
+stopping whole gangs of running ``preemptible`` jobs (the victims).  The
+plan decides it (:func:`slurmopt.policy.preemption.preemption_for`, asked
+for by :meth:`Preempter.ask`); the actuator carries it out through
+:meth:`Preempter.begin`; :meth:`Preempter.advance` moves each victim on.
+Each victim has a row in the store's ``preemptions`` table and moves
+through the managed-job states, every step recorded before the Slurm call
+it leads to::
 
-    running --(chosen: row + transition committed, then
+    running --(in the plan: row + transition committed, then
                scancel --signal=SIG --batch)-------------------> signalled
     signalled --(ckpt=STEP@T in the job's comment, T >= signal)--> checkpointed
     signalled --(no ack within grace_s; default policy)---------> running
@@ -44,15 +47,12 @@ from sqlalchemy.orm import Session
 
 from slurmopt.config import Config
 from slurmopt.errors import ConfigError, SlurmCommandError
-from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job
-from slurmopt.policy.plan import Plan
 from slurmopt.policy.preemption import (
+    PreemptionAsk,
     PreemptionChoice,
     PreemptionCost,
-    first_worth_preempting,
     job_gpus,
-    waiting_for_room,
 )
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.store import (
@@ -189,29 +189,70 @@ class Preempter:
         return frozenset((int(job), round(submit)) for job, submit in rows)
 
     # -- the pass -------------------------------------------------------------------------------
-    def step(
+    def ask(self, records: Mapping[int, ManagedJob]) -> PreemptionAsk | None:
+        """What the plan may preempt this cycle: None while disabled or while one is in flight.
+
+        Victims: the jobs recorded running, less those that already let a
+        grace time pass without a checkpoint (this incarnation).  Preemptors:
+        the jobs recorded waiting.
+        """
+        if not self.settings.enabled or self.in_flight():
+            return None
+        refused = self._no_ack_victims()
+        victims = frozenset(
+            job_id
+            for job_id, r in records.items()
+            if r.state is S.RUNNING and (job_id, round(r.slurm_submit_time)) not in refused
+        )
+        waiting = frozenset(job_id for job_id, r in records.items() if r.state is S.WAITING)
+        return PreemptionAsk(cost=self.settings.cost, victims=victims, preemptors=waiting)
+
+    def begin(
+        self,
+        choice: PreemptionChoice,
+        records: Mapping[int, ManagedJob],
+        now: float,
+        plan_id: int | None,
+    ) -> PreemptResult:
+        """A plan's preemption, carried out by the actuator: each victim's first step.
+
+        For each victim: its row and ``running -> signalled`` are committed,
+        then the signal is sent.  A victim the store no longer records
+        running is left out (the plan was made from a snapshot a moment old).
+        """
+        result = PreemptResult(chosen=choice)
+        log.info(
+            "preempting for job %d: %s [%s] %s",
+            choice.for_job_id,
+            ",".join(str(v.job_id) for v in choice.victims),
+            choice.reason.value,
+            choice.detail,
+        )
+        for victim in choice.victims:
+            record = records.get(victim.job_id)
+            if record is None or record.state is not S.RUNNING:
+                result.failed[victim.job_id] = "no longer recorded running"
+                continue
+            row_id = self._record_signal(
+                record, choice.for_job_id, victim.lost_gpu_seconds, now, plan_id
+            )
+            self._signal(row_id, victim.job_id, result)
+        return result
+
+    def advance(
         self,
         snapshot: ClusterSnapshot,
-        fabric: Fabric,
-        result_plan: Plan,
-        records: Mapping[int, ManagedJob],
-        priorities: Mapping[int, int],
         now: float,
-        plan_id: int | None = None,
         may_act: Callable[[], bool] = lambda: True,
     ) -> PreemptResult:
-        """Advance every preemption in flight; start a new one if none is and one is needed."""
+        """Advance every preemption in flight by what ``snapshot`` shows (acks, requeues, ends)."""
         result = PreemptResult()
         if not self.settings.enabled:
             return result
-        rows = self.in_flight()
-        for row in rows:
+        for row in self.in_flight():
             if not may_act():
                 return result
             self._advance(row, snapshot, now, result)
-        if rows or not may_act():
-            return result
-        self._start(snapshot, fabric, result_plan, records, priorities, now, plan_id, result)
         return result
 
     def _advance(
@@ -405,66 +446,6 @@ class Preempter:
                 "acknowledged" if acked else "not_acknowledged",
                 (row.ack_at - row.signalled_at) if row.ack_at is not None else None,
             )
-
-    # -- starting one ---------------------------------------------------------------------------
-    def _start(
-        self,
-        snapshot: ClusterSnapshot,
-        fabric: Fabric,
-        result_plan: Plan,
-        records: Mapping[int, ManagedJob],
-        priorities: Mapping[int, int],
-        now: float,
-        plan_id: int | None,
-        result: PreemptResult,
-    ) -> None:
-        expected = waiting_for_room(result_plan)
-        refused = self._no_ack_victims()
-        exclude = frozenset(
-            job_id
-            for job_id, job in snapshot.jobs.items()
-            if (job_id, round(job.submit_time or 0)) in refused
-            or (records.get(job_id) is None or records[job_id].state is not S.RUNNING)
-        )
-        waiting = [
-            (job_id, expected[job_id])
-            for job_id in sorted(expected, key=lambda j: (-priorities.get(j, 0), j))
-            if (record := records.get(job_id)) is not None and record.state is S.WAITING
-        ]
-        declined: list[tuple[int, PreemptionChoice]] = []
-        choice = first_worth_preempting(
-            snapshot,
-            fabric,
-            waiting,
-            now,
-            self.settings.cost,
-            priorities,
-            exclude=exclude,
-            declined=declined,
-        )
-        for job_id, refusal in declined:
-            log.debug(
-                "not preempting for job %d: its reservation at %s comes before the "
-                "checkpoint and restart of %d victim GPU(s) would pay off",
-                job_id,
-                expected[job_id],
-                sum(v.gpus for v in refusal.victims),
-            )
-        if choice is None:
-            return
-        result.chosen = choice
-        log.info(
-            "preempting for job %d: %s [%s] %s",
-            choice.for_job_id,
-            ",".join(str(v.job_id) for v in choice.victims),
-            choice.reason.value,
-            choice.detail,
-        )
-        for victim in choice.victims:
-            row_id = self._record_signal(
-                records[victim.job_id], choice.for_job_id, victim.lost_gpu_seconds, now, plan_id
-            )
-            self._signal(row_id, victim.job_id, result)
 
     def _record_signal(
         self, record: ManagedJob, for_job: int, estimate: float, now: float, plan_id: int | None

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
-PLAN_SCHEMA_VERSION = 1
+#: 2: plans carry ``preemptions``.
+PLAN_SCHEMA_VERSION = 2
 
 
 class Reason(StrEnum):
@@ -58,8 +59,69 @@ class Start:
         }
 
 
-#: Every action a plan can hold.  Preempt, Requeue and Shrink join this union later.
+#: A start: what ``Plan.actions`` holds.  Preemptions are a list of their own
+#: (:class:`PreemptionChoice`), since each stops several jobs for one.
 Action = Start
+
+
+class PreemptReason(StrEnum):
+    """Why victims were chosen, or why none were."""
+
+    PREEMPT_LEAST_LOST_WORK = "PREEMPT_LEAST_LOST_WORK"
+    NO_PREEMPTIBLE_JOBS = "NO_PREEMPTIBLE_JOBS"
+    NOT_ENOUGH_EVEN_IF_PREEMPTED = "NOT_ENOUGH_EVEN_IF_PREEMPTED"
+    NOT_A_CANDIDATE = "NOT_A_CANDIDATE"
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """One running job to checkpoint and requeue, and the work it would lose."""
+
+    job_id: int
+    nodes: tuple[str, ...]
+    gpus: int
+    lost_gpu_seconds: float
+    last_checkpoint_step: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "nodes": list(self.nodes),
+            "gpus": self.gpus,
+            "lost_gpu_seconds": self.lost_gpu_seconds,
+            "last_checkpoint_step": self.last_checkpoint_step,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionChoice:
+    """The victims for ``for_job_id`` (empty when none), with the reason and its detail.
+
+    In a plan's ``preemptions``: stop these victims (signal, checkpoint,
+    requeue) so that ``for_job_id`` can start on ``nodes`` once they are gone.
+    """
+
+    kind: ClassVar[str] = "preempt"
+    for_job_id: int
+    victims: tuple[Victim, ...]
+    reason: PreemptReason
+    detail: str = ""
+    #: Where the planner would start the preemptor once the victims are gone.
+    nodes: tuple[str, ...] = ()
+
+    @property
+    def lost_gpu_seconds(self) -> float:
+        return sum(v.lost_gpu_seconds for v in self.victims)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "for_job_id": self.for_job_id,
+            "victims": [v.to_json() for v in self.victims],
+            "reason": self.reason.value,
+            "detail": self.detail,
+            "nodes": list(self.nodes),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +171,8 @@ class Plan:
     unplaced: tuple[Unplaced, ...]
     now: float
     schema_version: int = PLAN_SCHEMA_VERSION
+    #: At most one preemption (one in flight at a time), asked for by the request.
+    preemptions: tuple[PreemptionChoice, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,4 +181,5 @@ class Plan:
             "actions": [a.to_json() for a in self.actions],
             "reservations": [r.to_json() for r in self.reservations],
             "unplaced": [u.to_json() for u in self.unplaced],
+            "preemptions": [p.to_json() for p in self.preemptions],
         }

@@ -25,55 +25,27 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
 from itertools import combinations
 
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job
-from slurmopt.policy.plan import HAND_BACK_REASONS, Plan, PlannerCache, Policy, plan
+from slurmopt.policy.cache import PlannerCache
+from slurmopt.policy.decisions import (
+    HAND_BACK_REASONS,
+    Plan,
+    PreemptionChoice,
+    PreemptReason,
+    Victim,
+)
+from slurmopt.policy.knobs import Policy
+from slurmopt.policy.place import place
+from slurmopt.policy.request import PlanRequest, PreemptionAsk, PreemptionCost
 from slurmopt.tag import checkpoint_of, is_preemptible_comment
 
 #: Most victims one preemption may take.
 MAX_VICTIMS = 4
 #: Cheapest candidates considered (bounds the search to 2**MAX_CANDIDATES sets at most).
 MAX_CANDIDATES = 12
-
-
-class PreemptReason(StrEnum):
-    """Why victims were chosen, or why none were."""
-
-    PREEMPT_LEAST_LOST_WORK = "PREEMPT_LEAST_LOST_WORK"
-    NO_PREEMPTIBLE_JOBS = "NO_PREEMPTIBLE_JOBS"
-    NOT_ENOUGH_EVEN_IF_PREEMPTED = "NOT_ENOUGH_EVEN_IF_PREEMPTED"
-    NOT_A_CANDIDATE = "NOT_A_CANDIDATE"
-
-
-@dataclass(frozen=True, slots=True)
-class Victim:
-    """One running job to checkpoint and requeue, and the work it would lose."""
-
-    job_id: int
-    nodes: tuple[str, ...]
-    gpus: int
-    lost_gpu_seconds: float
-    last_checkpoint_step: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class PreemptionChoice:
-    """The victims for ``for_job_id`` (empty when none), with the reason and its detail."""
-
-    for_job_id: int
-    victims: tuple[Victim, ...]
-    reason: PreemptReason
-    detail: str = ""
-    #: Where the planner would start the preemptor once the victims are gone.
-    nodes: tuple[str, ...] = ()
-
-    @property
-    def lost_gpu_seconds(self) -> float:
-        return sum(v.lost_gpu_seconds for v in self.victims)
 
 
 def is_preemptible(job: Job) -> bool:
@@ -164,15 +136,15 @@ def placement_after(
     ``cache``: one :class:`PlannerCache` for the candidate sets of one search,
     whose snapshots differ only by the victims' jobs and nodes.
     """
-    result = plan(
+    request = PlanRequest(
         without(snapshot, victims),
         fabric,
         Policy(backfill_depth=0),
         now,
-        managed=lambda job: job.job_id == preemptor.job_id,
-        priorities=priorities,
-        cache=cache,
+        managed=frozenset({preemptor.job_id}),
+        priorities=priorities or {},
     )
+    result = place(request, cache)
     for action in result.actions:
         if action.job_id == preemptor.job_id:
             return action.nodes
@@ -276,14 +248,6 @@ def _nodes_made_fit(snapshot: ClusterSnapshot, victims: Sequence[Job], per_node:
         if node is not None and node.available and node.gpus_free < per_node:
             made += node.gpus_free + gpus >= per_node
     return made
-
-
-@dataclass(frozen=True, slots=True)
-class PreemptionCost:
-    """What a preemption costs each victim's GPUs: the checkpoint after the signal, the restart."""
-
-    ack_s: float = 120.0
-    restart_s: float = 120.0
 
 
 def worth_preempting(
@@ -405,11 +369,40 @@ def waiting_for_room(result: Plan) -> dict[int, float | None]:
     return {job_id: at for job_id, at in out.items() if job_id not in starting}
 
 
+def preemption_for(request: PlanRequest, placed: Plan) -> PreemptionChoice | None:
+    """The preemption ``request`` asks for, given the placement ``placed`` made for it.
+
+    Judged on the cluster as it will be once ``placed``'s starts are made
+    (:meth:`ClusterSnapshot.with_started`), so the preemptor is never fitted
+    onto nodes this plan gives to another job.  Tried for the jobs left
+    waiting for room, highest priority first (ties: lowest id), among the
+    request's preemptors; victims only among its allowed victims.  None when
+    nothing is asked, needed or worth it.
+    """
+    ask = request.preemption
+    if ask is None:
+        return None
+    now = request.at
+    snapshot = request.snapshot.with_started(((a.job_id, a.nodes) for a in placed.actions), now)
+    prio = request.priorities
+    jobs = request.snapshot.jobs
+    expected = waiting_for_room(placed)
+    order = sorted(expected, key=lambda j: (-prio.get(j, jobs[j].priority), j))
+    waiting = [(j, expected[j]) for j in order if ask.preemptors is None or j in ask.preemptors]
+    exclude = frozenset(
+        () if ask.victims is None else (j for j in snapshot.jobs if j not in ask.victims)
+    )
+    return first_worth_preempting(
+        snapshot, request.fabric, waiting, now, ask.cost, prio, exclude=exclude
+    )
+
+
 __all__ = [
     "MAX_CANDIDATES",
     "MAX_PREEMPTORS",
     "MAX_VICTIMS",
     "PreemptReason",
+    "PreemptionAsk",
     "PreemptionChoice",
     "PreemptionCost",
     "Victim",
@@ -420,6 +413,7 @@ __all__ = [
     "lost_work",
     "may_pay",
     "placement_after",
+    "preemption_for",
     "smallest_victim_gpus",
     "waiting_for_room",
     "without",

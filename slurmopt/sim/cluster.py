@@ -74,6 +74,9 @@ class SimCluster:
         self.durations: dict[int, float] = {}
         #: Jobs that ended, with their run time, oldest first (for run-time estimates).
         self.ended: list[tuple[Job, float]] = []
+        #: Set by the engine before each pass: victims are signalled and not yet requeued, so no
+        #: new preemption may start (Slurm still shows them running; the daemon's store knows).
+        self.preemption_in_flight = False
 
     # -- snapshots ---------------------------------------------------------------------------
     def snapshot(self, now: float) -> ClusterSnapshot:

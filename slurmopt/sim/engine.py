@@ -226,6 +226,8 @@ class Simulation:
                 )
                 if run_pass:
                     passes += 1
+                    # The daemon starts no preemption while one is in flight; neither does a pass.
+                    cluster.preemption_in_flight = bool(acks)
                     starts = self.scheduler.schedule(cluster, at, tick)
             for job in arrived:
                 pending_priorities[job.job_id] = job.priority

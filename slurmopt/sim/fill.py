@@ -48,7 +48,7 @@ from typing import Any
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
 from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution
-from slurmopt.policy.plan import Policy, plan
+from slurmopt.policy.plan import PlanRequest, Policy, plan
 from slurmopt.sim.schedulers import TreePlacement
 from slurmopt.sim.traces import (
     DEFAULT_GPUS_PER_NODE,
@@ -387,7 +387,7 @@ class _Planner:
             source="simulator",
         )
         self.plan_calls += 1
-        result = plan(snapshot, cluster.fabric, Policy(job_sizes=self.shapes), 0.0)
+        result = plan(PlanRequest(snapshot, cluster.fabric, Policy(job_sizes=self.shapes), 0.0))
         if not result.actions:
             return None
         index = {n.name: n.index for n in cluster.nodes}

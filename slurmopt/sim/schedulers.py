@@ -40,12 +40,15 @@ from slurmopt.fabric import Fabric
 from slurmopt.model import Job
 from slurmopt.policy.backfill import INFINITY, Timeline
 from slurmopt.policy.knobs import FLAG, VARIANT_KNOBS, policy_with
-from slurmopt.policy.plan import PlannerCache, Policy, plan, priority_order
-from slurmopt.policy.preemption import (
+from slurmopt.policy.plan import (
+    PlannerCache,
+    PlanRequest,
+    Policy,
+    PreemptionAsk,
     PreemptionChoice,
     PreemptionCost,
-    first_worth_preempting,
-    waiting_for_room,
+    plan,
+    priority_order,
 )
 from slurmopt.sim.cluster import SimCluster
 
@@ -164,39 +167,28 @@ class PlannerScheduler:
     _seen: dict[int, tuple[Job, Job]] = field(default_factory=dict)
     #: What each victim spends on a preemption (the engine's checkpoint and restart times).
     preempt_cost: PreemptionCost = SIM_PREEMPTION
-    #: The jobs the last pass left waiting and their expected starts, highest priority first.
-    _waiting: list[tuple[int, float | None]] = field(default_factory=list)
+    #: The preemption the last pass chose, and when (the engine takes it right after the pass).
+    _choice: tuple[float, PreemptionChoice] | None = None
 
     def schedule(self, cluster: SimCluster, now: float, tick: bool) -> StartList:
         snapshot = cluster.snapshot(now)
         if self.estimate is not None:
             snapshot = replace(snapshot, jobs=self._estimated(cluster, snapshot.jobs, now))
-        result = plan(snapshot, self.fabric, self.policy, now, cache=self.cache)
-        jobs = snapshot.jobs
-        self._waiting = sorted(
-            waiting_for_room(result).items(), key=lambda item: (-jobs[item[0]].priority, item[0])
-        )
+        ask = None
+        if self.preempt and cluster.preemptible_running and not cluster.preemption_in_flight:
+            ask = PreemptionAsk(cost=self.preempt_cost)
+        request = PlanRequest(snapshot, self.fabric, self.policy, now, preemption=ask)
+        result = plan(request, cache=self.cache)
+        self._choice = (now, result.preemptions[0]) if result.preemptions else None
         return [(a.job_id, a.nodes) for a in result.actions]
 
     def victims(self, cluster: SimCluster, now: float) -> PreemptionChoice | None:
-        """After the pass's starts: whole preemptible gangs to stop for a waiting job, if any.
-
-        The daemon's own rule,
-        :func:`slurmopt.policy.preemption.first_worth_preempting`: the
-        highest-priority waiting job that some lower-ranked preemptible jobs
-        would make room for at a gain.  The engine runs one preemption at a
-        time, as the daemon does.
-        """
-        if not self.preempt or not self._waiting or not cluster.preemptible_running:
+        """The preemption the pass at ``now`` planned, once its starts are made: the daemon's
+        own rule (:func:`slurmopt.policy.preemption.preemption_for`), one at a time."""
+        choice, self._choice = self._choice, None
+        if choice is None or choice[0] != now:
             return None
-        return first_worth_preempting(
-            cluster.snapshot(now),
-            self.fabric,
-            self._waiting,
-            now,
-            self.preempt_cost,
-            cache=PlannerCache(),
-        )
+        return choice[1]
 
     def _estimated(
         self, cluster: SimCluster, jobs: Mapping[int, Job], now: float

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from slurmopt.policy.backfill import INFINITY, Timeline
-from slurmopt.policy.plan import Policy, Reason, plan
+from slurmopt.policy.plan import PlanRequest, Policy, Reason, plan
 from tests.unit.test_plan_helpers import NOW, gpu_node, leaf_fabric, pending, running, snapshot
 
 FOUR = ["n1", "n2", "n3", "n4"]
@@ -25,7 +25,7 @@ def test_blocked_job_reserves_nodes_and_short_jobs_backfill() -> None:
             pending(4, nodes=1, priority=30, time_limit_s=None),  # unlimited: would delay it
         ]
     )
-    result = plan(snap, fabric, Policy(backfill_depth=1))
+    result = plan(PlanRequest(snap, fabric, Policy(backfill_depth=1)))
     (reservation,) = result.reservations
     assert reservation.job_id == 1
     assert reservation.nodes == ("n1", "n2", "n3", "n4")
@@ -39,7 +39,7 @@ def test_blocked_job_reserves_nodes_and_short_jobs_backfill() -> None:
     assert unplaced[3].reason is Reason.RESERVED
     assert unplaced[4].reason is Reason.RESERVED
     # With room for more reservations, job 3 is promised a node once job 1 ends.
-    deeper = plan(snap, fabric)
+    deeper = plan(PlanRequest(snap, fabric))
     assert [(r.job_id, r.start_time) for r in deeper.reservations][:2] == [
         (1, NOW + 100),
         (3, NOW + 1100),
@@ -51,7 +51,7 @@ def test_without_reservations_lower_priority_jobs_take_the_free_nodes() -> None:
     snap, fabric = _cluster(
         [pending(1, nodes=4, priority=100), pending(3, nodes=1, priority=40, time_limit_s=500)]
     )
-    result = plan(snap, fabric, Policy(backfill_depth=0))
+    result = plan(PlanRequest(snap, fabric, Policy(backfill_depth=0)))
     assert not result.reservations
     assert {a.job_id for a in result.actions} == {3}
     assert {u.job_id: u.reason for u in result.unplaced}[1] is Reason.WAITS_FOR_RESOURCES
@@ -66,7 +66,7 @@ def test_unreserved_nodes_take_any_job() -> None:
             pending(2, nodes=1, priority=50, time_limit_s=None),
         ]
     )
-    result = plan(snap, fabric)
+    result = plan(PlanRequest(snap, fabric))
     assert result.reservations[0].nodes == ("n1", "n2", "n3")
     (start,) = result.actions
     assert start.job_id == 2 and start.nodes == ("n4",)
@@ -80,7 +80,7 @@ def test_backfill_depth_limits_reservations_and_later_jobs_do_not_use_reserved_n
             pending(3, nodes=1, priority=10, time_limit_s=5000),
         ]
     )
-    result = plan(snap, fabric, Policy(backfill_depth=1))
+    result = plan(PlanRequest(snap, fabric, Policy(backfill_depth=1)))
     assert [r.job_id for r in result.reservations] == [1]
     unplaced = {u.job_id: u for u in result.unplaced}
     assert unplaced[2].reason is Reason.WAITS_FOR_RESOURCES  # 2 of 3 nodes free
@@ -96,7 +96,7 @@ def test_second_reservation_starts_after_the_first_ends() -> None:
             pending(2, nodes=4, priority=90, time_limit_s=1000),
         ]
     )
-    result = plan(snap, fabric)
+    result = plan(PlanRequest(snap, fabric))
     assert [(r.job_id, r.start_time) for r in result.reservations] == [
         (1, NOW + 100),
         (2, NOW + 1100),
@@ -105,7 +105,7 @@ def test_second_reservation_starts_after_the_first_ends() -> None:
 
 def test_no_reservation_behind_jobs_without_limits() -> None:
     snap, fabric = _cluster([pending(1, nodes=4)], ends_in=None)  # type: ignore[arg-type]
-    result = plan(snap, fabric)
+    result = plan(PlanRequest(snap, fabric))
     assert not result.reservations
     assert result.unplaced[0].expected_start is None
 

@@ -15,7 +15,7 @@ import pytest
 from slurmopt.explain import Explanation, JobNotExplained, SlurmView, explain_job, format_relative
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
-from slurmopt.policy.plan import Plan, Reason, plan
+from slurmopt.policy.plan import Plan, PlanRequest, Reason, plan
 from slurmopt.store import ManagedJobState, Store, idempotency_key, register_job, transition
 
 T0 = 1_700_000_000.0
@@ -83,7 +83,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 @pytest.fixture
 def planned(store: Store) -> Plan:
     """The real planner's plan for :data:`QUEUE`, recorded as the daemon records it."""
-    made = plan(cluster_snapshot(jobs=QUEUE), FABRIC)
+    made = plan(PlanRequest(cluster_snapshot(jobs=QUEUE), FABRIC))
     store.record_plan(made, T0, 0.01)
     return made
 
@@ -175,7 +175,9 @@ def test_the_newest_plan_that_mentions_the_job_wins_and_later_ones_make_it_stale
     store: Store, planned: Plan
 ) -> None:
     # The next pass: job 1 runs (it is no longer pending), job 2 still waits.
-    later = plan(cluster_snapshot(T0 + 60, jobs=(pending(2, 8, 9),)), FABRIC, now=T0 + 60)
+    later = plan(
+        PlanRequest(cluster_snapshot(T0 + 60, jobs=(pending(2, 8, 9),)), FABRIC, now=T0 + 60)
+    )
     store.record_plan(later, T0 + 60, 0.02)
 
     first = explain(store, 1, now=T0 + 90)

@@ -25,7 +25,7 @@ from slurmopt.errors import SlurmUnavailable
 from slurmopt.explain import JobNotExplained
 from slurmopt.fabric import Fabric
 from slurmopt.model import Job, JobState
-from slurmopt.policy.plan import plan
+from slurmopt.policy.plan import PlanRequest, plan
 from slurmopt.store import Store, StoreError
 from tests.fakes.slurm import FakeSlurm
 from tests.unit.test_explain import FABRIC, QUEUE, T0, cluster_snapshot
@@ -42,7 +42,7 @@ def db_url(tmp_path: Path) -> Iterator[str]:
     """A store holding the real plan for the test queue, recorded as the daemon records it."""
     url = f"sqlite:///{tmp_path / 'slurmopt.db'}"
     store = Store.open(url)
-    store.record_plan(plan(cluster_snapshot(jobs=QUEUE), FABRIC), T0, 0.01)
+    store.record_plan(plan(PlanRequest(cluster_snapshot(jobs=QUEUE), FABRIC)), T0, 0.01)
     store.close()
     yield url
 

@@ -6,7 +6,7 @@ import json
 
 from slurmopt.model import NodeState
 from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution
-from slurmopt.policy.plan import Policy, Reason, Start, plan
+from slurmopt.policy.plan import PlanRequest, Policy, Reason, Start, plan
 from tests.unit.test_plan_helpers import (
     NOW,
     busy_leaves,
@@ -40,7 +40,7 @@ def _leaf_counts(nodes: tuple[str, ...]) -> dict[str, int]:
 
 def test_five_node_gang_goes_on_the_leaf_with_exactly_five_free() -> None:
     nodes, jobs, fabric = busy_leaves(EXAMPLE)
-    result = plan(snapshot(nodes, [*jobs, pending(1, nodes=5)]), fabric)
+    result = plan(PlanRequest(snapshot(nodes, [*jobs, pending(1, nodes=5)]), fabric))
     start = _starts(result)[1]
     assert start.reason is Reason.GANG_FEWEST_LEAVES
     assert start.nodes == tuple(f"leafBn{i}" for i in range(5))
@@ -48,7 +48,7 @@ def test_five_node_gang_goes_on_the_leaf_with_exactly_five_free() -> None:
 
 def test_seven_node_gang_spans_two_leaves_that_fit_exactly() -> None:
     nodes, jobs, fabric = busy_leaves(EXAMPLE)
-    result = plan(snapshot(nodes, [*jobs, pending(1, nodes=7)]), fabric, SPREAD)
+    result = plan(PlanRequest(snapshot(nodes, [*jobs, pending(1, nodes=7)]), fabric, SPREAD))
     assert _leaf_counts(_starts(result)[1].nodes) == {"leafB": 5, "leafC": 2}
 
 
@@ -62,7 +62,7 @@ def _one_leaf_frees_in(ends_in: float | None) -> tuple[object, object]:
 
 def test_seven_node_gang_waits_for_one_leaf_within_the_bound() -> None:
     snap, fabric = _one_leaf_frees_in(600.0)  # 600 s <= 0.5 x 3600 s
-    result = plan(snap, fabric, HALF)  # type: ignore[arg-type]
+    result = plan(PlanRequest(snap, fabric, HALF))  # type: ignore[arg-type]
     assert not result.actions
     (held,) = result.reservations
     assert held.job_id == 1 and held.start_time == NOW + 600
@@ -72,25 +72,25 @@ def test_seven_node_gang_waits_for_one_leaf_within_the_bound() -> None:
 
 def test_seven_node_gang_spreads_when_one_leaf_frees_too_late() -> None:
     snap, fabric = _one_leaf_frees_in(3000.0)  # 3000 s > 0.5 x 3600 s
-    start = _starts(plan(snap, fabric, HALF))[1]  # type: ignore[arg-type]
+    start = _starts(plan(PlanRequest(snap, fabric, HALF)))[1]  # type: ignore[arg-type]
     assert _leaf_counts(start.nodes) == {"leafB": 5, "leafC": 2}
     assert "one leaf only from now+3000 s, over the 1800 s bound" in start.detail
 
 
 def test_seven_node_gang_spreads_when_no_leaf_is_known_to_free() -> None:
     snap, fabric = _one_leaf_frees_in(None)  # running jobs without a limit
-    start = _starts(plan(snap, fabric))[1]  # type: ignore[arg-type]
+    start = _starts(plan(PlanRequest(snap, fabric)))[1]  # type: ignore[arg-type]
     assert _leaf_counts(start.nodes) == {"leafB": 5, "leafC": 2}
     assert "one leaf only never" in start.detail
 
 
 def test_seven_node_gang_waits_for_one_leaf_without_a_bound() -> None:
     snap, fabric = _one_leaf_frees_in(3000.0)
-    result = plan(snap, fabric, Policy(compact_wait_share=None))  # type: ignore[arg-type]
+    result = plan(PlanRequest(snap, fabric, Policy(compact_wait_share=None)))  # type: ignore[arg-type]
     assert not result.actions
     assert _leaf_counts(result.reservations[0].nodes) == {"leafD": 7}
     snap, fabric = _one_leaf_frees_in(None)
-    result = plan(snap, fabric, Policy(compact_wait_share=None))  # type: ignore[arg-type]
+    result = plan(PlanRequest(snap, fabric, Policy(compact_wait_share=None)))  # type: ignore[arg-type]
     unplaced = _unplaced(result)[1]
     assert unplaced.reason is Reason.NEEDS_NODES_IN_ONE_LEAF  # type: ignore[attr-defined]
     assert "16 free across 4 leaves, at most 6 on one" in unplaced.detail  # type: ignore[attr-defined]
@@ -106,15 +106,15 @@ def test_gang_reservation_on_one_leaf_or_at_the_earliest_block() -> None:
     jobs = [running(100 + i, [n], ends_in=ends.get(n, 5000.0)) for i, n in enumerate(names)]
     snap = snapshot(nodes, [*jobs, pending(1, nodes=2)])
     fabric = leaf_fabric({"a": names[:4], "b": names[4:]})
-    (held,) = plan(snap, fabric).reservations
+    (held,) = plan(PlanRequest(snap, fabric)).reservations
     assert (held.start_time, sorted(held.nodes)) == (NOW + 3000, ["b0", "b1"])
-    (held,) = plan(snap, fabric, Policy(reserve_one_leaf=False)).reservations
+    (held,) = plan(PlanRequest(snap, fabric, Policy(reserve_one_leaf=False))).reservations
     assert (held.start_time, sorted(held.nodes)) == (NOW + 200, ["a0", "b0"])
 
 
 def test_gang_larger_than_free_waits_with_counts() -> None:
     nodes, jobs, fabric = busy_leaves(EXAMPLE)
-    result = plan(snapshot(nodes, [*jobs, pending(1, nodes=17)]), fabric, SPREAD)
+    result = plan(PlanRequest(snapshot(nodes, [*jobs, pending(1, nodes=17)]), fabric, SPREAD))
     assert not result.actions
     unplaced = _unplaced(result)[1]
     assert unplaced.reason is Reason.WAITS_FOR_RESOURCES  # type: ignore[attr-defined]
@@ -122,7 +122,7 @@ def test_gang_larger_than_free_waits_with_counts() -> None:
 
 def test_twelve_nodes_over_three_leaves() -> None:
     nodes, jobs, fabric = busy_leaves(EXAMPLE)
-    result = plan(snapshot(nodes, [*jobs, pending(1, nodes=12)]), fabric, SPREAD)
+    result = plan(PlanRequest(snapshot(nodes, [*jobs, pending(1, nodes=12)]), fabric, SPREAD))
     assert _leaf_counts(_starts(result)[1].nodes) == {"leafB": 5, "leafC": 2, "leafD": 5}
 
 
@@ -131,7 +131,7 @@ def test_gangs_in_priority_order_account_for_each_other() -> None:
     # 5 -> leafB; the next 5 -> leafD (6 free, the only leaf left with 5); 3 -> leafA.
     jobs += [pending(1, nodes=5), pending(2, nodes=5), pending(3, nodes=3), pending(4, nodes=3)]
     policy = Policy(backfill_depth=0, compact_wait_share=None)
-    starts = _starts(plan(snapshot(nodes, jobs), fabric, policy))
+    starts = _starts(plan(PlanRequest(snapshot(nodes, jobs), fabric, policy)))
     assert _leaf_counts(starts[1].nodes) == {"leafB": 5}
     assert _leaf_counts(starts[2].nodes) == {"leafD": 5}
     assert _leaf_counts(starts[3].nodes) == {"leafA": 3}
@@ -142,7 +142,9 @@ def test_gangs_in_priority_order_account_for_each_other() -> None:
 
 def test_two_gpu_job_fills_the_gap_beside_other_jobs() -> None:
     nodes = [gpu_node("a", alloc=6), gpu_node("b")]
-    result = plan(snapshot(nodes, [pending(1, gpus=2)]), leaf_fabric({"l1": ["a", "b"]}))
+    result = plan(
+        PlanRequest(snapshot(nodes, [pending(1, gpus=2)]), leaf_fabric({"l1": ["a", "b"]}))
+    )
     start = _starts(result)[1]
     assert start.nodes == ("a",)
     assert start.reason is Reason.BEST_FIT_NODE
@@ -156,16 +158,20 @@ def test_single_node_choice_minimises_unusable_gpus() -> None:
     sizes = JobSizeDistribution("test", (JobShape(1, 4, 1.0), JobShape(1, 3, 1.0)))
     policy = Policy(job_sizes=sizes)
     fabric = leaf_fabric({"l1": ["c", "d", "e"]})
-    result = plan(snapshot(nodes, [pending(1, gpus=2)]), fabric, policy)
+    result = plan(PlanRequest(snapshot(nodes, [pending(1, gpus=2)]), fabric, policy))
     assert _starts(result)[1].nodes == ("e",)
-    result = plan(snapshot(nodes[:2], [pending(1, gpus=2)]), fabric, policy)
+    result = plan(PlanRequest(snapshot(nodes[:2], [pending(1, gpus=2)]), fabric, policy))
     assert _starts(result)[1].nodes == ("d",)
 
 
 def test_eight_gpu_job_needs_a_fully_free_node_and_accounts_it() -> None:
     nodes = [gpu_node("a", alloc=1), gpu_node("b")]
     jobs = [pending(1), pending(2)]
-    result = plan(snapshot(nodes, jobs), leaf_fabric({"l1": ["a", "b"]}), Policy(backfill_depth=0))
+    result = plan(
+        PlanRequest(
+            snapshot(nodes, jobs), leaf_fabric({"l1": ["a", "b"]}), Policy(backfill_depth=0)
+        )
+    )
     assert _starts(result)[1].nodes == ("b",)
     assert 2 not in _starts(result)
     assert _unplaced(result)[2].reason is Reason.WAITS_FOR_RESOURCES  # type: ignore[attr-defined]
@@ -183,7 +189,7 @@ def test_slurm_ineligible_jobs_never_start() -> None:
         pending(7, het_job_id=7),
         pending(8, reason="Priority", begin_time=NOW - 5),
     ]
-    result = plan(snapshot(nodes, jobs), leaf_fabric({"l1": [n.name for n in nodes]}))
+    result = plan(PlanRequest(snapshot(nodes, jobs), leaf_fabric({"l1": [n.name for n in nodes]})))
     assert set(_starts(result)) == {8}
     unplaced = _unplaced(result)
     for job_id in (1, 2, 3, 4, 5, 6):
@@ -198,10 +204,12 @@ def test_priority_order_and_held_job_override() -> None:
     low = pending(1, priority=10)
     high = pending(2, priority=20)
     held = pending(3, priority=0, held=True, reason="JobHeldUser")
-    result = plan(snapshot(nodes, [low, high, held]), fabric, Policy(backfill_depth=0))
+    result = plan(PlanRequest(snapshot(nodes, [low, high, held]), fabric, Policy(backfill_depth=0)))
     assert set(_starts(result)) == {2}
     result = plan(
-        snapshot(nodes, [low, high, held]), fabric, Policy(backfill_depth=0), priorities={3: 50}
+        PlanRequest(
+            snapshot(nodes, [low, high, held]), fabric, Policy(backfill_depth=0), priorities={3: 50}
+        )
     )
     assert set(_starts(result)) == {3}
 
@@ -213,7 +221,9 @@ def test_equal_priority_goes_by_submit_time_then_id() -> None:
         pending(5, priority=1, submit_time=NOW - 10),
         pending(6, priority=1, submit_time=NOW - 20),
     ]
-    assert set(_starts(plan(snapshot(nodes, jobs), fabric, Policy(backfill_depth=0)))) == {6}
+    assert set(
+        _starts(plan(PlanRequest(snapshot(nodes, jobs), fabric, Policy(backfill_depth=0))))
+    ) == {6}
 
 
 def test_node_constraints_are_honoured() -> None:
@@ -232,19 +242,21 @@ def test_node_constraints_are_honoured() -> None:
         4: (pending(4, nodes=2, required_nodes=("a",)), None),
     }
     for job_id, (job, expected) in cases.items():
-        result = plan(snapshot(nodes, [job]), fabric)
+        result = plan(PlanRequest(snapshot(nodes, [job]), fabric))
         if expected is not None:
             assert _starts(result)[job_id].nodes == expected
-    gang = _starts(plan(snapshot(nodes, [cases[4][0]]), fabric))[4]
+    gang = _starts(plan(PlanRequest(snapshot(nodes, [cases[4][0]]), fabric)))[4]
     assert "a" in gang.nodes and "d" not in gang.nodes and len(gang.nodes) == 2
-    only_drained = plan(snapshot(nodes, [pending(9, required_nodes=("d",), nodes=1)]), fabric)
+    only_drained = plan(
+        PlanRequest(snapshot(nodes, [pending(9, required_nodes=("d",), nodes=1)]), fabric)
+    )
     assert 9 not in _starts(only_drained)
 
 
 def test_exclusive_job_takes_a_whole_idle_node() -> None:
     nodes = [gpu_node("a", alloc=4), gpu_node("b")]
     jobs = [pending(1, gpus=1, exclusive=True), pending(2, gpus=1)]
-    result = plan(snapshot(nodes, jobs), leaf_fabric({"l1": ["a", "b"]}))
+    result = plan(PlanRequest(snapshot(nodes, jobs), leaf_fabric({"l1": ["a", "b"]})))
     assert _starts(result)[1].nodes == ("b",)
     assert _starts(result)[2].nodes == ("a",)  # b is wholly taken
 
@@ -261,14 +273,14 @@ def test_partition_limits() -> None:
         pending(4, gpus=16),
         pending(5, partition="small"),
     ]
-    result = plan(snapshot(nodes, jobs, parts), fabric)
+    result = plan(PlanRequest(snapshot(nodes, jobs, parts), fabric))
     unplaced = _unplaced(result)
     assert unplaced[1].reason is Reason.TOO_BIG_FOR_PARTITION  # type: ignore[attr-defined]
     assert unplaced[2].reason is Reason.NODES_UNAVAILABLE  # type: ignore[attr-defined]
     assert unplaced[3].reason is Reason.TOO_BIG_FOR_PARTITION  # type: ignore[attr-defined]
     assert unplaced[4].reason is Reason.TOO_BIG_FOR_PARTITION  # type: ignore[attr-defined]
     assert _starts(result)[5].nodes == ("n0",)
-    down = plan(snapshot(nodes, [pending(6)], state="DOWN"), fabric)
+    down = plan(PlanRequest(snapshot(nodes, [pending(6)], state="DOWN"), fabric))
     assert _unplaced(down)[6].reason is Reason.NOT_ELIGIBLE  # type: ignore[attr-defined]
 
 
@@ -276,7 +288,7 @@ def test_managed_selects_jobs_and_others_still_hold_nodes() -> None:
     nodes = [gpu_node("a", alloc=8), gpu_node("b")]
     jobs = [running(50, ["a"]), pending(1), pending(2, gpus=0)]
     result = plan(
-        snapshot(nodes, jobs), leaf_fabric({"l1": ["a", "b"]}), managed=lambda j: j.job_id == 1
+        PlanRequest(snapshot(nodes, jobs), leaf_fabric({"l1": ["a", "b"]}), managed=frozenset({1}))
     )
     assert _starts(result)[1].nodes == ("b",)
     assert {u.job_id for u in result.unplaced} == set()
@@ -284,14 +296,18 @@ def test_managed_selects_jobs_and_others_still_hold_nodes() -> None:
 
 def test_down_node_state_is_never_used() -> None:
     nodes = [gpu_node("a").__class__(name="a", state=NodeState.DOWN, gpus_total=8), gpu_node("b")]
-    result = plan(snapshot(nodes, [pending(1), pending(2)]), leaf_fabric({"l1": ["a", "b"]}))
+    result = plan(
+        PlanRequest(snapshot(nodes, [pending(1), pending(2)]), leaf_fabric({"l1": ["a", "b"]}))
+    )
     assert _starts(result)[1].nodes == ("b",)
     assert 2 not in _starts(result)
 
 
 def test_plan_to_json_is_plain_json() -> None:
     nodes, jobs, fabric = busy_leaves(EXAMPLE)
-    result = plan(snapshot(nodes, [*jobs, pending(1, nodes=5), pending(2, nodes=40)]), fabric)
+    result = plan(
+        PlanRequest(snapshot(nodes, [*jobs, pending(1, nodes=5), pending(2, nodes=40)]), fabric)
+    )
     doc = json.loads(json.dumps(result.to_json()))
     assert doc["actions"][0] == {
         "kind": "start",
@@ -318,12 +334,12 @@ def _two_half_used_nodes(job_limit_s: int) -> tuple[object, object]:
 def test_single_node_job_joins_the_node_whose_jobs_end_nearest_its_own_end() -> None:
     for limit, expected in ((1200, "n0"), (18_000, "n1")):
         snap, fabric = _two_half_used_nodes(limit)
-        assert _starts(plan(snap, fabric))[1].nodes == (expected,)  # type: ignore[arg-type]
+        assert _starts(plan(PlanRequest(snap, fabric)))[1].nodes == (expected,)  # type: ignore[arg-type]
 
 
 def test_without_align_ends_the_first_node_of_the_bucket_is_taken() -> None:
     snap, fabric = _two_half_used_nodes(18_000)
-    result = plan(snap, fabric, Policy(align_ends=False))  # type: ignore[arg-type]
+    result = plan(PlanRequest(snap, fabric, Policy(align_ends=False)))  # type: ignore[arg-type]
     assert _starts(result)[1].nodes == ("n0",)
 
 
@@ -338,9 +354,9 @@ def test_aligned_node_may_fit_less_well_than_the_best_fit() -> None:
     fabric = leaf_fabric({"leaf": ["n0", "n1", "n2"]})
     for limit, expected in ((1200, "n0"), (18_000, "n1")):
         snap = snapshot(nodes, [*jobs, pending(1, gpus=2, time_limit_s=limit)])
-        assert _starts(plan(snap, fabric))[1].nodes == (expected,)
+        assert _starts(plan(PlanRequest(snap, fabric)))[1].nodes == (expected,)
     snap = snapshot(nodes, [*jobs, pending(1, gpus=2, time_limit_s=1200)])
-    assert _starts(plan(snap, fabric, Policy(align_ends=False)))[1].nodes == ("n1",)
+    assert _starts(plan(PlanRequest(snap, fabric, Policy(align_ends=False))))[1].nodes == ("n1",)
 
 
 # -- elastic jobs -------------------------------------------------------------------------------
@@ -360,7 +376,7 @@ def _elastic_case(frees_in: float | None, free: int = 6) -> tuple[object, object
 
 def test_elastic_job_starts_on_the_nodes_free_now_when_all_never_free() -> None:
     snap, fabric = _elastic_case(None)
-    start = _starts(plan(snap, fabric))[1]  # type: ignore[arg-type]
+    start = _starts(plan(PlanRequest(snap, fabric)))[1]  # type: ignore[arg-type]
     assert start.reason is Reason.ELASTIC_START
     assert start.nodes == tuple(f"leafAn{i}" for i in range(6))
     assert start.detail.startswith("elastic 4:8: 6 of 8 nodes now (8 never)")
@@ -369,7 +385,7 @@ def test_elastic_job_starts_on_the_nodes_free_now_when_all_never_free() -> None:
 def test_elastic_job_waits_for_all_nodes_when_that_finishes_sooner() -> None:
     # On 6 nodes: 3600 x 4/6 = 2400 s. All 8 from now+100 s: 100 + 3600 x 4/8 = 1900 s.
     snap, fabric = _elastic_case(100.0)
-    result = plan(snap, fabric)  # type: ignore[arg-type]
+    result = plan(PlanRequest(snap, fabric))  # type: ignore[arg-type]
     assert not result.actions
     assert result.reservations[0].start_time == NOW + 100
 
@@ -377,16 +393,16 @@ def test_elastic_job_waits_for_all_nodes_when_that_finishes_sooner() -> None:
 def test_elastic_job_starts_smaller_when_all_nodes_free_too_late() -> None:
     # All 8 from now+1000 s: 1000 + 1800 = 2800 s, later than 2400 s on the 6 free now.
     snap, fabric = _elastic_case(1000.0)
-    start = _starts(plan(snap, fabric))[1]  # type: ignore[arg-type]
+    start = _starts(plan(PlanRequest(snap, fabric)))[1]  # type: ignore[arg-type]
     assert start.reason is Reason.ELASTIC_START and len(start.nodes) == 6
     assert "(8 from now+1000 s)" in start.detail
 
 
 def test_elastic_job_never_starts_below_its_minimum_or_with_elastic_off() -> None:
     snap, fabric = _elastic_case(None, free=3)
-    assert not plan(snap, fabric).actions  # type: ignore[arg-type]
+    assert not plan(PlanRequest(snap, fabric)).actions  # type: ignore[arg-type]
     snap, fabric = _elastic_case(None)
-    assert not plan(snap, fabric, Policy(elastic=False)).actions  # type: ignore[arg-type]
+    assert not plan(PlanRequest(snap, fabric, Policy(elastic=False))).actions  # type: ignore[arg-type]
 
 
 def test_elastic_job_set_smaller_is_still_planned_from_its_maximum() -> None:
@@ -395,5 +411,5 @@ def test_elastic_job_set_smaller_is_still_planned_from_its_maximum() -> None:
 
     nodes, _, fabric = busy_leaves({"leafA": 8})
     job = pending(1, nodes=6, admin_comment=format_comment(JobTag(elastic=(4, 8))))
-    start = _starts(plan(snapshot(nodes, [job]), fabric))[1]
+    start = _starts(plan(PlanRequest(snapshot(nodes, [job]), fabric)))[1]
     assert len(start.nodes) == 8 and start.reason is Reason.GANG_FEWEST_LEAVES

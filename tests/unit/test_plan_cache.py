@@ -18,7 +18,7 @@ from slurmopt.fabric.generators import fat_tree
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
 from slurmopt.policy.backfill import Timeline
 from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution, queue_distribution
-from slurmopt.policy.plan import Plan, PlannerCache, Policy, plan
+from slurmopt.policy.plan import Plan, PlannerCache, PlanRequest, Policy, plan
 from tests.unit.test_plan_helpers import NOW as HELPER_NOW
 from tests.unit.test_plan_helpers import gpu_node, leaf_fabric, pending, running, snapshot
 
@@ -190,9 +190,9 @@ def test_consecutive_passes_with_a_reused_cache_equal_passes_without(
     starts = reservations = 0
     for step in range(40):
         snap = cluster.snapshot(fresh_objects=step % 9 == 4)
-        plain = plan(snap, fabric, policy, cluster.now)
-        cached = plan(snap, fabric, policy, cluster.now, cache=cache)
-        fresh = plan(snap, fabric, policy, cluster.now, cache=PlannerCache())
+        plain = plan(PlanRequest(snap, fabric, policy, cluster.now))
+        cached = plan(PlanRequest(snap, fabric, policy, cluster.now), cache=cache)
+        fresh = plan(PlanRequest(snap, fabric, policy, cluster.now), cache=PlannerCache())
         assert cached.to_json() == plain.to_json(), f"pass {step}"
         assert fresh.to_json() == plain.to_json(), f"pass {step}"
         starts += len(plain.actions)
@@ -207,18 +207,24 @@ def test_the_same_snapshot_twice_gives_the_same_plan() -> None:
     fabric = fat_tree(64, 8, 4)
     snap = FakeCluster(fabric, 0, seed=3).snapshot()
     cache = PlannerCache()
-    first = plan(snap, fabric, cache=cache).to_json()
-    assert plan(snap, fabric, cache=cache).to_json() == first
-    assert plan(snap, fabric).to_json() == first
+    first = plan(PlanRequest(snap, fabric), cache=cache).to_json()
+    assert plan(PlanRequest(snap, fabric), cache=cache).to_json() == first
+    assert plan(PlanRequest(snap, fabric)).to_json() == first
 
 
 def test_another_fabric_object_starts_the_cache_over() -> None:
     one, other = fat_tree(64, 8, 4), fat_tree(64, 16, 2)
     snap = FakeCluster(one, 0, seed=5).snapshot()
     cache = PlannerCache()
-    plan(snap, one, cache=cache)
-    assert plan(snap, other, cache=cache).to_json() == plan(snap, other).to_json()
-    assert plan(snap, one, cache=cache).to_json() == plan(snap, one).to_json()
+    plan(PlanRequest(snap, one), cache=cache)
+    assert (
+        plan(PlanRequest(snap, other), cache=cache).to_json()
+        == plan(PlanRequest(snap, other)).to_json()
+    )
+    assert (
+        plan(PlanRequest(snap, one), cache=cache).to_json()
+        == plan(PlanRequest(snap, one)).to_json()
+    )
 
 
 def test_queue_shapes_match_queue_distribution_as_jobs_come_and_go() -> None:
@@ -229,20 +235,23 @@ def test_queue_shapes_match_queue_distribution_as_jobs_come_and_go() -> None:
         snap = cluster.snapshot()
         cache.refresh(snap, fabric)
         assert cache.queue_shapes() == queue_distribution(snap).shapes
-        cluster.step(plan(snap, fabric))
+        cluster.step(plan(PlanRequest(snap, fabric)))
 
 
 def test_a_failed_refresh_empties_the_cache() -> None:
     fabric = fat_tree(64, 8, 4)
     cluster = FakeCluster(fabric, 0, seed=13)
     cache = PlannerCache()
-    plan(cluster.snapshot(), fabric, cache=cache)
+    plan(PlanRequest(cluster.snapshot(), fabric), cache=cache)
     snap = cluster.snapshot()
     jobs: dict[int, object] = {**snap.jobs, 0: object()}
     broken = ClusterSnapshot(snap.taken_at, snap.nodes, jobs, snap.partitions)  # type: ignore[arg-type]
     with pytest.raises(AttributeError):
-        plan(broken, fabric, cache=cache)
-    assert plan(snap, fabric, cache=cache).to_json() == plan(snap, fabric).to_json()
+        plan(PlanRequest(broken, fabric), cache=cache)
+    assert (
+        plan(PlanRequest(snap, fabric), cache=cache).to_json()
+        == plan(PlanRequest(snap, fabric)).to_json()
+    )
 
 
 def test_shared_timeline_copies_an_event_list_before_changing_it() -> None:
@@ -262,9 +271,9 @@ def test_a_job_that_overruns_between_passes_frees_its_gpus_from_now() -> None:
     snap = snapshot(nodes, jobs)
     fabric = leaf_fabric({"leaf": ["n0", "n1"]})
     cache = PlannerCache()
-    on_time = plan(snap, fabric, now=HELPER_NOW, cache=cache)
+    on_time = plan(PlanRequest(snap, fabric, now=HELPER_NOW), cache=cache)
     assert [r.start_time for r in on_time.reservations] == [HELPER_NOW + 100]
     # The same objects a pass later: job 1 is past its limit and still holds its GPUs.
-    late = plan(snap, fabric, now=HELPER_NOW + 300, cache=cache)
+    late = plan(PlanRequest(snap, fabric, now=HELPER_NOW + 300), cache=cache)
     assert [r.start_time for r in late.reservations] == [HELPER_NOW + 300]
-    assert late.to_json() == plan(snap, fabric, now=HELPER_NOW + 300).to_json()
+    assert late.to_json() == plan(PlanRequest(snap, fabric, now=HELPER_NOW + 300)).to_json()

@@ -103,7 +103,7 @@ def test_signal_ack_requeue_then_the_preemptor_starts(tmp_path: Path, store: Sto
     client, daemon = _full_cluster_with_victim(tmp_path, store)
     client.clock += 1
     result = daemon.cycle()
-    assert result.preempted is not None and result.preempted.signalled == [5]
+    assert result.acted is not None and result.acted.signalled == [5]
     assert client.calls[-1] == ("signal", 5, "USR2", True)
     assert _state(store, 5) is ManagedJobState.SIGNALLED
     [row] = _rows(store)
@@ -337,5 +337,5 @@ def test_no_preemption_when_the_preemptors_reservation_starts_soon(
             client.jobs[job_id] = dataclasses.replace(job, time_limit_s=100)
     client.clock += 1
     result = daemon.cycle()
-    assert result.preempted is not None and result.preempted.signalled == []
+    assert result.acted is not None and result.acted.signalled == []
     assert client.count("signal", 5) == 0 and not _rows(store)

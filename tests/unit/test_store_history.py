@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
 from slurmopt.policy.fragmentation import fragmentation_report
-from slurmopt.policy.plan import Plan, Reason, Reservation, Start, Unplaced, plan
+from slurmopt.policy.plan import Plan, PlanRequest, Reason, Reservation, Start, Unplaced, plan
 from slurmopt.store import Decision, PlanRecord, Store
 
 T0 = 1_700_000_000.0
@@ -105,7 +105,7 @@ def test_a_real_plan_is_recorded_with_its_reasons(store: Store) -> None:
         ),
     ]
     snapshot = ClusterSnapshot.build(T0, nodes, jobs, [Partition("gpu", ("gpu001", "gpu002"))])
-    made = plan(snapshot, Fabric.from_leaf_map({"leaf1": ["gpu001", "gpu002"]}))
+    made = plan(PlanRequest(snapshot, Fabric.from_leaf_map({"leaf1": ["gpu001", "gpu002"]})))
     plan_id = store.record_plan(made, T0, 0.002)
     lines = {d.job_id: d for d in store.decisions(plan_id)}
     assert lines[1].kind == "start" and lines[1].nodes == "gpu002"  # best fit: the mixed node
