@@ -110,6 +110,11 @@ class PreemptionOutcome(StrEnum):
     FAILED = "failed"  # the requeue itself failed
 
 
+#: Per-switch series only for leaves (0) and the tier above them (1): one series per leaf and
+#: per pod or spine.  Higher tiers have few switches but add nothing an admin alerts on.
+MAX_SWITCH_LABEL_LEVEL = 1
+
+
 def node_state_class(node: Node) -> str:
     """A bounded name for why ``node`` is out of service: drain, down, not_responding, ..."""
     marks = set(node.flags) | {node.state.value}
@@ -236,6 +241,24 @@ class DaemonMetrics:
         self.largest_node_gpus = Gauge(
             "slurmopt_largest_job_now_node_gpus",
             "Most free GPUs on one node in service.",
+            registry=r,
+        )
+        self.tier_largest_job_nodes = Gauge(
+            "slurmopt_largest_job_now_tier_nodes",
+            "Most whole free nodes beneath one switch of the level (0 = leaves).",
+            ["level"],
+            registry=r,
+        )
+        self.switch_free_gpus = Gauge(
+            "slurmopt_switch_free_gpus",
+            "Free GPUs beneath one leaf switch (level 0) or one switch above the leaves (level 1).",
+            ["level", "switch"],
+            registry=r,
+        )
+        self.switch_free_nodes = Gauge(
+            "slurmopt_switch_free_nodes",
+            "Whole free nodes beneath one leaf switch (level 0) or one switch above (level 1).",
+            ["level", "switch"],
             registry=r,
         )
         self.pending_jobs = Gauge("slurmopt_pending_jobs", "Pending jobs, all of them.", registry=r)
@@ -418,6 +441,16 @@ class DaemonMetrics:
         self.largest_job_nodes.set(report.largest_job_now.whole_nodes)
         self.largest_leaf_job_nodes.set(report.largest_job_now.whole_nodes_on_one_leaf)
         self.largest_node_gpus.set(report.largest_job_now.gpus_on_one_node)
+        for gauge in (self.tier_largest_job_nodes, self.switch_free_gpus, self.switch_free_nodes):
+            gauge.clear()  # a switch gone from the fabric or the scope must not linger
+        for tier in report.tiers:
+            best = tier.best
+            self.tier_largest_job_nodes.labels(str(tier.level)).set(best.free_nodes if best else 0)
+            if tier.level > MAX_SWITCH_LABEL_LEVEL:
+                continue
+            for sw in tier.switches:
+                self.switch_free_gpus.labels(str(tier.level), sw.name).set(sw.free_gpus)
+                self.switch_free_nodes.labels(str(tier.level), sw.name).set(sw.free_nodes)
 
     def observe_plan(self, plan: Plan, duration_s: float) -> None:
         """How long the planning pass took; how many jobs it starts, reserves, leaves waiting."""

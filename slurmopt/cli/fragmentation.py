@@ -168,7 +168,49 @@ def _history(
     )
 
 
-def _print_report(report: FragmentationReport) -> None:
+def _tier_name(level: int) -> str:
+    return {0: "0 (leaves)", 1: "1 (above leaves)"}.get(level, str(level))
+
+
+def _print_tiers(report: FragmentationReport, verbose: bool) -> None:
+    """One row per tier with its best switch; with ``verbose``, one row per switch too."""
+    if not report.tiers:
+        return
+    rows = []
+    for tier in report.tiers:
+        best = tier.best
+        rows.append(
+            (
+                _tier_name(tier.level),
+                len(tier.switches),
+                best.free_nodes if best else 0,
+                best.free_node_gpus if best else 0,
+                best.name if best and best.free_nodes else "-",
+            )
+        )
+    click.echo("")
+    print_table(
+        "Largest whole-node job within one switch, per tier",
+        ("level", "switches", "largest job (nodes)", "its GPUs", "switch"),
+        rows,
+        right_align=lambda col: col not in ("level", "switch"),
+    )
+    if not verbose:
+        return
+    click.echo("")
+    print_table(
+        "Per switch",
+        ("level", "switch", "nodes", "free GPUs", "fully free nodes", "largest gang GPUs"),
+        [
+            (t.level, s.name, s.nodes, s.free_gpus, s.free_nodes, s.free_node_gpus)
+            for t in report.tiers
+            for s in t.switches
+        ],
+        right_align=lambda col: col != "switch",
+    )
+
+
+def _print_report(report: FragmentationReport, verbose: bool = False) -> None:
     rows = [
         (
             s.name,
@@ -188,6 +230,7 @@ def _print_report(report: FragmentationReport) -> None:
         rows,
         right_align=lambda col: col != "switch",
     )
+    _print_tiers(report, verbose)
     now = report.largest_job_now
     fgd = (
         "n/a (no job sizes)"
@@ -216,7 +259,10 @@ def _print_report(report: FragmentationReport) -> None:
 
 @click.command()
 @click.option("--partition", "-p", default=None, help="Only this partition's nodes (default: all).")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema v1).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema v2).")
+@click.option(
+    "--verbose", "-v", is_flag=True, help="Also list every switch of every tier (JSON always does)."
+)
 @fabric_option
 @click.option(
     "--job-sizes",
@@ -252,6 +298,7 @@ def fragmentation(
     ctx: click.Context,
     partition: str | None,
     as_json: bool,
+    verbose: bool,
     fabric_file: str | None,
     job_sizes: str,
     history: bool,
@@ -260,7 +307,7 @@ def fragmentation(
     db: str | None,
     config_path: str | None,
 ) -> None:
-    """Free, stranded and unusable GPUs, per leaf switch and for the whole scope.
+    """Free, stranded and unusable GPUs, per leaf switch, per tier and for the whole scope.
 
     Slurm, the fabric and (with --history) the store come from the config
     (--config); --fabric and --db override it.  The report names the fabric.
@@ -285,4 +332,4 @@ def fragmentation(
     if as_json:
         emit_json(report.to_json())
     else:
-        _print_report(report)
+        _print_report(report, verbose)

@@ -162,6 +162,13 @@ def drain_cap_of(config: Config) -> DrainCap:
     )
 
 
+def log_fabric(fabric: Fabric) -> None:
+    """Log where the fabric came from and, one line each, what its loader warned about."""
+    log.info("fabric: %s", fabric.source or "unnamed")
+    for warning in fabric.warnings:
+        log.warning("fabric: %s", warning)
+
+
 def discover_fabric(config: Config) -> FabricLoader:
     """The fabric loader the daemon uses: ``config.fabric``, else discovered from Slurm."""
 
@@ -425,7 +432,7 @@ class Daemon:
             snapshot = self.client.snapshot()
             if self.fabric is None:
                 self.fabric = self.fabric_loader(self.client, snapshot)
-                log.info("fabric: %s", self.fabric.source or "unnamed")
+                log_fabric(self.fabric)
         except (SlurmUnavailable, SlurmResponseError) as exc:
             return self._unavailable(now, exc)
         if self.failures:

@@ -64,13 +64,22 @@ class Fabric:
     Distances from a leaf to every switch are computed the first time that
     leaf is asked about and then cached, so hop and span queries are
     dictionary lookups even on clusters of thousands of nodes.  ``source``
-    says where the description came from (a file, Slurm, a generator).
+    says where the description came from (a file, Slurm, a generator);
+    ``warnings`` what its loader carried on past (see docs/fabric.md).
     """
 
-    def __init__(self, graph: nx.Graph[str], name: str = "", source: str = "") -> None:
+    def __init__(
+        self,
+        graph: nx.Graph[str],
+        name: str = "",
+        source: str = "",
+        warnings: Sequence[str] = (),
+    ) -> None:
         self.graph = graph
         self.name = name
         self.source = source
+        #: What the loader found doubtful but, as Slurm does, carried on past (one line each).
+        self.warnings: tuple[str, ...] = tuple(warnings)
         self._from_switch: dict[
             frozenset[tuple[str, float]], tuple[str, dict[str, int], dict[str, float]]
         ] = {}
@@ -136,6 +145,45 @@ class Fabric:
     def off_leaf_nodes(self) -> list[str]:
         """Compute nodes under no leaf switch (wired to an upper switch, or to nothing)."""
         return sorted(self.compute_nodes - self._leaf_of.keys())
+
+    @cached_property
+    def _beneath(self) -> Mapping[str, frozenset[str]]:
+        """Per switch, the switches at or below it that compute nodes hang off.
+
+        "Below" follows links to lower-level switches only, so peer links
+        (dragonfly+ spines) and the other parents of a multi-parent leaf do
+        not count.  Built once, children before parents.
+        """
+        attached = {self.attachment_of(node) for node in self.compute_nodes}
+        beneath: dict[str, frozenset[str]] = {}
+        for sw in sorted(self.switches, key=lambda s: int(self.graph.nodes[s].get("level", 0))):
+            level = self.graph.nodes[sw].get("level", 0)
+            below: set[str] = {sw} if sw in attached else set()
+            for u in self.graph.neighbors(sw):
+                if u in beneath and self.graph.nodes[u].get("level", 0) < level:
+                    below |= beneath[u]
+            beneath[sw] = frozenset(below)
+        return beneath
+
+    def attachments_beneath(self, switch: str) -> frozenset[str]:
+        """The switches at or below ``switch`` that compute nodes hang off (leaves, mostly)."""
+        return self._beneath.get(switch, frozenset())
+
+    @cached_property
+    def _nodes_by_attachment(self) -> Mapping[str, tuple[str, ...]]:
+        by_switch: dict[str, list[str]] = {}
+        for node in self.compute_nodes:
+            sw = self.attachment_of(node)
+            if sw is not None:
+                by_switch.setdefault(sw, []).append(node)
+        return {sw: tuple(sorted(nodes)) for sw, nodes in by_switch.items()}
+
+    def nodes_beneath(self, switch: str) -> tuple[str, ...]:
+        """Every compute node at or below ``switch``: a leaf's own, a pod's, a core's; sorted."""
+        by_switch = self._nodes_by_attachment
+        return tuple(
+            sorted(n for sw in self.attachments_beneath(switch) for n in by_switch.get(sw, ()))
+        )
 
     def levels(self) -> dict[int, list[str]]:
         """Switch names by level, lowest level first."""

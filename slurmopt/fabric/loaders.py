@@ -25,7 +25,7 @@ import yaml
 
 from slurmopt.errors import FabricError
 from slurmopt.fabric.core import Fabric
-from slurmopt.hostlist import MAX_NAMES, HostlistError, expand
+from slurmopt.hostlist import MAX_NAMES, HostlistError, expand, fold
 
 #: Bandwidth given to links whose speed the description does not state.
 DEFAULT_BANDWIDTH_GBPS = 200.0
@@ -157,29 +157,24 @@ def _build(
                 )
             leaf_of_node[node] = sw.name
 
-    if single_root and len(by_name) > 1:
-        roots = [sw for sw in switches if hierarchy.in_degree(sw.name) == 0]
-        if len(roots) > 1:
-
-            def size_beneath(root: _Switch) -> tuple[int, int]:
-                below = nx.descendants(hierarchy, root.name)
-                nodes = sum(len(by_name[s].nodes) for s in below | {root.name})
-                return len(below), nodes
-
-            # The biggest tree is the real one; report the others as strays.
-            main = max(roots, key=size_beneath)
-            stray = next(r for r in roots if r is not main)
-            raise FabricError(
-                f"switch {stray.name} has no parent: more than one top switch "
-                f"({', '.join(r.name for r in roots)})",
-                path,
-                stray.line,
-            )
-
+    # Levels come from every declared child, as Slurm computes them.
     level: dict[str, int] = {}
     for sw_name in reversed(list(nx.topological_sort(hierarchy))):
         kids = list(hierarchy.successors(sw_name))
         level[sw_name] = 1 + max(level[k] for k in kids) if kids else 0
+
+    warnings: list[str] = []
+    children_of = {sw.name: sw.children for sw in switches}
+    if single_root:
+        children_of = _one_parent_each(switches, warnings)
+        warnings.extend(_split_trees(switches, children_of, level))
+    if known is not None:
+        missing = known - leaf_of_node.keys()
+        if missing:
+            warnings.append(
+                f"{len(missing)} cluster node(s) under no switch: {fold(missing)} "
+                "(Slurm: switches lack access to them)"
+            )
 
     graph: nx.Graph[str] = nx.Graph(name=name)
     uplink_defaults = uplink_defaults or {}
@@ -188,7 +183,7 @@ def _build(
     for sw in switches:
         graph.add_node(sw.name, kind="switch", level=level[sw.name], **sw.attrs)
     for sw in switches:
-        for child in sw.children:
+        for child in children_of[sw.name]:
             child_sw = by_name[child]
             attrs = {**base_link, **uplink_defaults.get(level[child], {}), **child_sw.uplink}
             graph.add_edge(child, sw.name, **attrs)
@@ -219,9 +214,51 @@ def _build(
                     sw.line,
                 )
     try:
-        return Fabric(graph, name=name, source=source)
+        return Fabric(graph, name=name, source=source, warnings=warnings)
     except FabricError as exc:
         raise FabricError(exc.cause, path) from None
+
+
+def _one_parent_each(switches: list[_Switch], warnings: list[str]) -> dict[str, list[str]]:
+    """Each switch's children once every switch keeps one parent, as Slurm's tree does.
+
+    Slurm (``_find_child_switches`` in topology/tree, 22.05 to today) walks
+    the switches in file order and sets each child's parent as it goes, so
+    the last switch that lists a child is its parent.  Inventory data that
+    repeats leaf names under several parents would otherwise join the
+    parents through the leaf and give the wrong hop counts.
+    """
+    parents: dict[str, list[str]] = {}
+    for sw in switches:
+        for child in dict.fromkeys(sw.children):
+            parents.setdefault(child, []).append(sw.name)
+    for child, listed in parents.items():
+        if len(listed) > 1:
+            warnings.append(
+                f"switch {child} is listed under {len(listed)} parents ({', '.join(listed)}): "
+                f"keeping the last, {listed[-1]}, as Slurm does"
+            )
+    return {
+        sw.name: [c for c in dict.fromkeys(sw.children) if parents[c][-1] == sw.name]
+        for sw in switches
+    }
+
+
+def _split_trees(
+    switches: list[_Switch], children_of: Mapping[str, list[str]], level: Mapping[str, int]
+) -> list[str]:
+    """A warning when no switch reaches every node: Slurm carries on, but no job spans the trees."""
+    has_parent = {c for kids in children_of.values() for c in kids}
+    beneath: dict[str, int] = {}
+    for sw in sorted(switches, key=lambda s: level[s.name]):  # children before parents
+        beneath[sw.name] = len(sw.nodes) + sum(beneath[c] for c in children_of[sw.name])
+    tops = [sw.name for sw in switches if sw.name not in has_parent and beneath[sw.name]]
+    if len(tops) < 2:
+        return []
+    return [
+        f"no switch reaches all nodes: {len(tops)} separate trees, under {', '.join(tops)}; "
+        "no job can span them"
+    ]
 
 
 # -- topology.conf and scontrol show topology ----------------------------------------------
@@ -628,7 +665,7 @@ def parse_slurm_topology_yaml(
     known_nodes: Collection[str] | None = None,
     source: str = "",
 ) -> Fabric:
-    """Slurm's ``topology.yaml`` (24.11+) from text."""
+    """Slurm's ``topology.yaml`` (25.05+) from text."""
     doc = _Yaml(path)
     root = doc.compose(text)
     if root is None:

@@ -34,6 +34,12 @@ Definitions (``docs/fragmentation.md`` has the full table of node states):
   and all free GPUs are unusable when fewer than ``k`` nodes have ``d`` free.
   ``None`` when the distribution is empty.
 
+* ``tiers``: per level of the fabric (0 = leaves, 1 = the pods or spines
+  above them, ...), per switch with scope nodes beneath it: free GPUs, fully
+  free nodes (the largest whole-node gang that could start now within that
+  switch) and their GPUs; and per tier the switch with the largest such
+  gang.  With small leaves the figure that matters is the largest job per pod.
+
 Nodes that the fabric places under no leaf switch are grouped under the
 switch entry ``(none)``.  The work is linear in nodes and jobs: the FGD
 measure runs over a histogram of free-GPU counts, not over node pairs.
@@ -56,7 +62,7 @@ from slurmopt.errors import UsageError
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job, Node, NodeState
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Switch entry for nodes the fabric does not place under any leaf switch.
 NO_LEAF = "(none)"
@@ -288,6 +294,53 @@ class LargestJobNow:
 
 
 @dataclass(frozen=True, slots=True)
+class TierSwitch:
+    """One switch of a tier: the scope's nodes beneath it, and the largest gang it could start."""
+
+    name: str
+    nodes: int
+    free_gpus: int
+    free_nodes: int
+    free_node_gpus: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "nodes": self.nodes,
+            "free_gpus": self.free_gpus,
+            "free_nodes": self.free_nodes,
+            "largest_gang_nodes": self.free_nodes,
+            "largest_gang_gpus": self.free_node_gpus,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """One level of the fabric: its switches, and the largest whole-node job within one of them."""
+
+    level: int
+    switches: tuple[TierSwitch, ...]
+
+    @property
+    def best(self) -> TierSwitch | None:
+        """The switch with the most fully free nodes (then their GPUs, then name); None if none."""
+        if not self.switches:
+            return None
+        return min(self.switches, key=lambda s: (-s.free_nodes, -s.free_node_gpus, s.name))
+
+    def to_json(self) -> dict[str, Any]:
+        best = self.best
+        return {
+            "level": self.level,
+            "switches": len(self.switches),
+            "largest_job_nodes": best.free_nodes if best else 0,
+            "largest_job_gpus": best.free_node_gpus if best else 0,
+            "switch": best.name if best and best.free_nodes else None,
+            "per_switch": [s.to_json() for s in self.switches],
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class FragmentationReport:
     """Every fragmentation figure for one snapshot and scope; see the module docstring."""
 
@@ -313,6 +366,7 @@ class FragmentationReport:
     largest_job_now: LargestJobNow
     switches: tuple[SwitchFragmentation, ...]
     notes: tuple[str, ...] = field(default=())
+    tiers: tuple[Tier, ...] = field(default=())
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -354,6 +408,7 @@ class FragmentationReport:
             },
             "largest_job_now": self.largest_job_now.to_json(),
             "switches": [s.to_json() for s in self.switches],
+            "tiers": [t.to_json() for t in self.tiers],
             "notes": list(self.notes),
         }
 
@@ -404,6 +459,45 @@ class _Tally:
         )
 
 
+@dataclass
+class _Free:
+    """The scope's nodes hanging off one switch: how many, free GPUs, fully free nodes."""
+
+    nodes: int = 0
+    free_gpus: int = 0
+    free_nodes: int = 0
+    free_node_gpus: int = 0
+
+
+def _tiers(fabric: Fabric, by_attachment: Mapping[str, _Free]) -> tuple[Tier, ...]:
+    """Sum each switch's attached tallies over every switch beneath it, level by level.
+
+    Only switches with scope nodes beneath them are listed.  The sums run
+    over switches, not nodes, so the cost is the fabric's size, not the job count.
+    """
+    tiers = []
+    for level, names in fabric.levels().items():
+        entries = []
+        for name in names:
+            total = _Free()
+            for sw in fabric.attachments_beneath(name):
+                part = by_attachment.get(sw)
+                if part is not None:
+                    total.nodes += part.nodes
+                    total.free_gpus += part.free_gpus
+                    total.free_nodes += part.free_nodes
+                    total.free_node_gpus += part.free_node_gpus
+            if total.nodes:
+                entries.append(
+                    TierSwitch(
+                        name, total.nodes, total.free_gpus, total.free_nodes, total.free_node_gpus
+                    )
+                )
+        if entries:
+            tiers.append(Tier(level, tuple(entries)))
+    return tuple(tiers)
+
+
 def shape_unusable_gpus(free_histogram: Mapping[int, int], shape: JobShape) -> int:
     """Free GPUs a job of this shape could not use, from ``{free GPUs: node count}``."""
     total_free = sum(f * n for f, n in free_histogram.items())
@@ -444,6 +538,7 @@ def fragmentation_report(
     distribution = job_sizes if job_sizes is not None else queue_distribution(snapshot, partition)
 
     tallies: dict[str, _Tally] = {}
+    by_attachment: dict[str, _Free] = {}
     free_histogram: Counter[int] = Counter()
     allocated = unavailable_gpus = 0
     unavailable_nodes = 0
@@ -455,6 +550,13 @@ def fragmentation_report(
         tally.nodes += 1
         tally.total_gpus += node.gpus_total
         allocated += min(node.gpus_alloc, node.gpus_total)
+        attachment = fabric.attachment_of(node.name)
+        here = None
+        if attachment is not None:
+            here = by_attachment.get(attachment)
+            if here is None:
+                here = by_attachment[attachment] = _Free()
+            here.nodes += 1
         free = node.gpus_free
         if not node.available:
             tally.unavailable_nodes += 1
@@ -464,8 +566,13 @@ def fragmentation_report(
         tally.free_gpus += free
         if free:
             free_histogram[free] += 1
+        if here is not None:
+            here.free_gpus += free
         if not _in_use(node):
             tally.free_nodes += 1
+            if here is not None:
+                here.free_nodes += 1
+                here.free_node_gpus += free
         elif free:
             tally.partly_used_nodes += 1
             tally.stranded_gpus += free
@@ -518,4 +625,5 @@ def fragmentation_report(
         ),
         switches=switches,
         notes=tuple(notes),
+        tiers=_tiers(fabric, by_attachment),
     )

@@ -46,6 +46,13 @@ def switch(name: str, free_gpus: int, free: int, partly: int, busy: int, unavail
     }  # fmt: skip
 
 
+def gang(name: str, nodes: int, free_gpus: int, free: int) -> dict[str, object]:
+    return {
+        "name": name, "nodes": nodes, "free_gpus": free_gpus, "free_nodes": free,
+        "largest_gang_nodes": free, "largest_gang_gpus": 8 * free,
+    }  # fmt: skip
+
+
 def test_exact_figures_for_known_occupancy(slurm: SlurmSandbox) -> None:
     jobs = [
         slurm.sbatch("-p", "gpu", "-N2", "--gres=gpu:8", "--nodelist=gpu[001-002]"),
@@ -71,7 +78,7 @@ def test_exact_figures_for_known_occupancy(slurm: SlurmSandbox) -> None:
     ]  # fmt: skip
     assert [s["unusable_share"] for s in shapes] == [0.0, 0.0, round(3 / 219, 6), round(3 / 219, 6)]
     assert doc == {
-        "schema_version": 1,
+        "schema_version": 2,
         "partition": None,
         "nodes": 32,
         "total_gpus": 256,
@@ -99,6 +106,29 @@ def test_exact_figures_for_known_occupancy(slurm: SlurmSandbox) -> None:
             switch("leaf2", free_gpus=59, free=7, partly=1, busy=0, unavail=0, stranded=3),
             switch("leaf3", free_gpus=56, free=7, partly=0, busy=1, unavail=0, stranded=0),
             switch("leaf4", free_gpus=56, free=7, partly=0, busy=0, unavail=1, stranded=0),
+        ],
+        "tiers": [
+            {
+                "level": 0,
+                "switches": 4,
+                "largest_job_nodes": 7,
+                "largest_job_gpus": 56,
+                "switch": "leaf2",
+                "per_switch": [
+                    gang("leaf1", 8, 48, 6),
+                    gang("leaf2", 8, 59, 7),
+                    gang("leaf3", 8, 56, 7),
+                    gang("leaf4", 8, 56, 7),
+                ],
+            },
+            {
+                "level": 1,
+                "switches": 1,
+                "largest_job_nodes": 27,
+                "largest_job_gpus": 216,
+                "switch": "spine",
+                "per_switch": [gang("spine", 32, 219, 27)],
+            },
         ],
         "notes": [],
     }

@@ -163,7 +163,6 @@ BAD_FILES = [
         3,
         "unknown switch leaf3",
     ),
-    ("two-roots.conf", GOOD_TREE + "SwitchName=spine Switches=leaf1\n", 2, "leaf2 has no parent"),
     (
         "loop.conf",
         "SwitchName=leaf1 Nodes=gpu001\nSwitchName=s1 Switches=leaf1,s2\n"

@@ -63,7 +63,7 @@ def test_json_report(fake_slurm: dict[str, Any], capsys: pytest.CaptureFixture[s
     code, out, err = run(capsys, "fragmentation", "--json")
     assert (code, err) == (0, "")
     doc = json.loads(out)
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert (doc["total_gpus"], doc["free_gpus"], doc["stranded_gpus"]) == (32, 18, 2)
     assert (doc["unavailable_gpus"], doc["fully_free_nodes"]) == (8, 2)
     assert [s["name"] for s in doc["switches"]] == ["leaf1", "leaf2"]

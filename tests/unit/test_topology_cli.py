@@ -38,6 +38,21 @@ def test_show_json_from_fabric_file() -> None:
         "slowest_uplink_gbps": 200.0,
     }
     assert data["off_leaf_nodes"] == {}
+    assert data["schema_version"] == 1
+    assert data["warnings"] == []
+    assert [(t["level"], len(t["switches"])) for t in data["tiers"]] == [(0, 4), (1, 4), (2, 2)]
+    agg_b1 = data["tiers"][1]["switches"][2]
+    assert agg_b1 == {
+        "switch": "agg-b1",
+        "nodes": "gpu[017-032]",
+        "node_count": 16,
+        "uplinks": [
+            {"switch": "core1", "bandwidth_gbps": 800.0, "oversubscription": 2.0},
+            {"switch": "core2", "bandwidth_gbps": 800.0, "oversubscription": 2.0},
+        ],
+        "link_speed": None,
+    }
+    assert data["tiers"][2]["switches"][0]["nodes"] == "gpu[001-032]"
 
 
 def test_show_table_from_topology_conf() -> None:
@@ -49,10 +64,11 @@ def test_show_table_from_topology_conf() -> None:
     assert lines[0] == f"source: topology.conf {FIXTURES / 'service-node.conf'}"
     assert "nodes: 5  switches: 3 (level 0: 2, level 1: 1)" in lines
     assert "nodes under no leaf: login1 on spine" in lines
-    rows = [line.split() for line in lines if line.startswith("leaf")]
+    rows = [line.split() for line in lines if line.startswith(("leaf", "spine"))]
     assert rows == [
-        ["leaf1", "gpu[001-002]", "2", "spine", "200"],
-        ["leaf2", "gpu[003-004]", "2", "spine", "200"],
+        ["leaf1", "0", "gpu[001-002]", "2", "spine", "200", "1"],
+        ["leaf2", "0", "gpu[003-004]", "2", "spine", "200", "1"],
+        ["spine", "1", "gpu[001-004],login1", "5", "-", "-", "-"],
     ]
 
 
