@@ -1,5 +1,9 @@
 """The daemon: every interval, read Slurm, plan, and (when enforcing) act.
 
+It stays one module past 500 lines because :class:`Daemon` is one state
+machine: its mode, lease and fence, back-off, heartbeat, status record and
+proof of enforcement are fields that each cycle reads and writes together.
+
 One cycle: check the kill switch and the lease, take a fresh, complete
 snapshot, reconcile the store with it, plan, record the plan and a
 fragmentation sample, act on the plan, rewrite the heartbeat, ping systemd.
@@ -27,10 +31,6 @@ lease holder writes it (a standby or advisory daemon never does), and every
 store transition and Slurm write of the holder is fenced by the lease's
 token (:mod:`slurmopt.daemon.fenced`): a holder that lost the lease stops
 mid-cycle and acts on nothing more.
-
-The module stays one past 500 lines because :class:`Daemon` is one state
-machine: its mode, lease and fence, back-off, heartbeat, status record and
-proof of enforcement are fields that each cycle reads and writes together.
 """
 
 from __future__ import annotations
