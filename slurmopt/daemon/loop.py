@@ -1,10 +1,15 @@
 """The daemon: every interval, read Slurm, plan, and (when enforcing) act.
 
+It stays one module past 500 lines because :class:`Daemon` is one state
+machine: its mode, lease and fence, back-off, heartbeat, status record and
+proof of enforcement are fields that each cycle reads and writes together.
+
 One cycle: check the kill switch and the lease, take a fresh, complete
 snapshot, reconcile the store with it, plan, record the plan and a
 fragmentation sample, act on the plan, rewrite the heartbeat, ping systemd.
 APScheduler's ``BlockingScheduler`` runs the cycle (one at a time; missed
-runs coalesce).  ``docs/daemon.md`` describes the rules.
+runs coalesce; :mod:`slurmopt.daemon.runner` holds that runner, the signal
+handling and the watchdog).  ``docs/daemon.md`` describes the rules.
 
 The daemon's mode, decided afresh each cycle::
 
@@ -31,18 +36,12 @@ mid-cycle and acts on nothing more.
 from __future__ import annotations
 
 import logging
-import os
 import re
-import signal
-import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
-from pathlib import Path
-from types import FrameType
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -64,11 +63,17 @@ from slurmopt.daemon.reconcile import (
     live_records,
     with_pins_in_flight,
 )
+from slurmopt.daemon.runner import (
+    FabricLoader,
+    default_holder,
+    discover_fabric,
+    drain_cap_of,
+    run_forever,
+)
 from slurmopt.daemon.status import DaemonStatus, encode
 from slurmopt.daemon.switch import read_switch
 from slurmopt.errors import SlurmoptError, SlurmResponseError, SlurmUnavailable
 from slurmopt.fabric import Fabric
-from slurmopt.health.agent import DrainCap
 from slurmopt.metrics import DaemonMetrics
 from slurmopt.model import ClusterSnapshot, Job
 from slurmopt.policy.fragmentation import fragmentation_report
@@ -88,16 +93,12 @@ BEAT_NAME = "daemon"
 BACKOFF_CAP_S = 30.0
 #: Shortest lease: long enough to outlast one slow cycle on a loaded controller.
 MIN_LEASE_TTL_S = 10.0
-#: A cycle running longer than this gets no watchdog pings (every Slurm call has timed out).
-STUCK_CYCLE_S = 600.0
 #: Seconds between two prunings of the store's history once it is within its retention.
 PRUNE_EVERY_S = 300.0
 #: Most rows one pruning deletes (in transactions of a few thousand rows).
 PRUNE_MAX_ROWS = 20_000
 #: Seconds between reads of the live configuration (``scontrol show config``) while enforcing.
 CONFIG_CHECK_S = 60.0
-
-FabricLoader = Callable[[SlurmClient, ClusterSnapshot], Fabric]
 
 
 class Mode(StrEnum):
@@ -127,39 +128,9 @@ class CycleResult:
     notes: list[str] = field(default_factory=list)
 
 
-#: When this process started (wall clock): part of its holder identity.
-_STARTED = time.time()
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
-    except OSError:
-        return "noboot"
-
-
-def default_holder(node_name: str = "") -> str:
-    """``node:pid:boot:start``: names this process in the lease and the heartbeat.
-
-    ``node`` is the config's ``node_name`` (empty: the host name), so two
-    daemons sharing a store say which controller each runs beside.  The boot
-    id and start time keep two processes apart even when a pid is reused,
-    after a reboot or on another host of the same name.
-    """
-    node = node_name or socket.gethostname()
-    return f"{node}:{os.getpid()}:{_boot_id()}:{int(_STARTED)}"
-
-
 def _shape(text: str) -> str:
     """A log line with its numbers blanked: repeats are told apart by content, not counts."""
     return re.sub(r"\d+(\.\d+)?", "#", text)
-
-
-def drain_cap_of(config: Config) -> DrainCap:
-    """The node agent's drain cap from the config, for the daemon's drain gauges."""
-    return DrainCap(
-        max_nodes=config.health_max_drain_nodes, max_share=config.health_max_drain_share
-    )
 
 
 def log_fabric(fabric: Fabric) -> None:
@@ -167,19 +138,6 @@ def log_fabric(fabric: Fabric) -> None:
     log.info("fabric: %s", fabric.source or "unnamed")
     for warning in fabric.warnings:
         log.warning("fabric: %s", warning)
-
-
-def discover_fabric(config: Config) -> FabricLoader:
-    """The fabric loader the daemon uses: ``config.fabric``, else discovered from Slurm."""
-
-    def load(client: SlurmClient, snapshot: ClusterSnapshot) -> Fabric:
-        from slurmopt.fabric.discover import load_fabric
-
-        return load_fabric(
-            client=client, fabric_file=config.fabric or None, nodes=list(snapshot.nodes)
-        )
-
-    return load
 
 
 class Daemon:
@@ -530,9 +488,7 @@ class Daemon:
             else:
                 # The preemptions in flight move on first: the plan asked for a new one only
                 # if there was none, and the one it starts is first seen again next cycle.
-                result.preempted = self.preempter.advance(
-                    snapshot, now, may_act=self._switch_off
-                )
+                result.preempted = self.preempter.advance(snapshot, now, may_act=self._switch_off)
                 result.acted = self.actuator.apply(
                     result.plan,
                     snapshot,
@@ -615,71 +571,12 @@ class Daemon:
             log.exception("cycle failed")
             self.write_heartbeat(False, self.clock())
 
-    def _cycle_stuck(self) -> bool:
-        """The cycle in flight has run past every Slurm call's timeout: let systemd restart us."""
-        return self._cycle_lock.locked() and time.time() - self._cycle_wall > STUCK_CYCLE_S
-
-    def _watchdog_pings(self, every_s: float) -> None:
-        """Ping systemd's watchdog between and during cycles, so a slow ``squeue`` is not death.
-
-        A cycle stuck longer than :data:`STUCK_CYCLE_S` gets no more pings.
-        """
-        while not self.stopping.wait(every_s):
-            if not self._cycle_stuck():
-                notify.watchdog()
-
     def run_forever(self) -> None:
         """Cycle every ``interval_s`` until SIGTERM or SIGINT, then stop cleanly.
 
-        The signal handlers stay in place until the stop is finished: a second
-        SIGTERM during shutdown is logged, not fatal, so no file or row is left
-        half-written.
+        See :func:`slurmopt.daemon.runner.run_forever`.
         """
-        from apscheduler.schedulers.blocking import BlockingScheduler
-
-        scheduler = BlockingScheduler(timezone=UTC)
-        scheduler.add_job(
-            self._tick,
-            "interval",
-            seconds=self.config.interval_s,
-            next_run_time=datetime.now(UTC),
-            max_instances=1,
-            coalesce=True,
-            misfire_grace_time=None,
-            id="cycle",
-        )
-
-        def on_signal(signum: int, _frame: FrameType | None) -> None:
-            name = signal.Signals(signum).name
-            if self.stopping.is_set():
-                log.info("%s: already stopping", name)
-                return
-            log.info("%s: finishing the current cycle, then stopping", name)
-            self.stopping.set()
-            scheduler.shutdown(wait=False)
-
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        every = notify.watchdog_interval_s()
-        if every:
-            threading.Thread(
-                target=self._watchdog_pings, args=(every,), name="watchdog", daemon=True
-            ).start()
-        mode = "enforce" if self.config.enforce else "advisory"
-        log.info(
-            "starting as %s (%s mode, every %g s, db %s)",
-            self.holder,
-            mode,
-            self.config.interval_s,
-            self.store.describe(),
-        )
-        try:
-            scheduler.start()
-        finally:
-            try:
-                self.shutdown()
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
+        run_forever(self)
 
     def shutdown(self, notify_systemd: bool = True) -> None:
         """Finish the cycle in flight, then heartbeat enforce=0 and give up the lease."""

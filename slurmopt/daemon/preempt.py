@@ -1,5 +1,9 @@
 """Checkpoint-acknowledged preemption, carried out by the enforcing daemon.
 
+It stays one module past 500 lines: :class:`Preempter`'s steps (ask, begin,
+advance) move each victim's row through one state machine and read best
+together.
+
 One preemption makes room for one waiting managed job (the preemptor) by
 stopping whole gangs of running ``preemptible`` jobs (the victims).  The
 plan decides it (:func:`slurmopt.policy.preemption.preemption_for`, asked

@@ -50,14 +50,8 @@ from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Part
 from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution
 from slurmopt.policy.plan import PlanRequest, Policy, plan
 from slurmopt.sim.schedulers import TreePlacement
-from slurmopt.sim.traces import (
-    DEFAULT_GPUS_PER_NODE,
-    TraceError,
-    _csv_rows,
-    _read_text,
-    _whole,
-    read_trace,
-)
+from slurmopt.sim.trace_formats import csv_rows, csv_whole, read_text
+from slurmopt.sim.traces import DEFAULT_GPUS_PER_NODE, TraceError, read_trace
 
 MILLI = 1000
 FILL_POLICIES = ("best-fit", "slurm-fifo", "slurm-backfill-tree", "slurmopt")
@@ -102,13 +96,13 @@ class Pod:
 
 # -- input -------------------------------------------------------------------------------------
 def _rows(path: str, required: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
-    return list(_csv_rows(_read_text(path), path, required))
+    return list(csv_rows(read_text(path), path, required))
 
 
 def _int(row: dict[str, str], key: str, path: str, line: int, default: int | None = None) -> int:
     if not row.get(key) and default is not None:
         return default
-    return _whole(row, key, path, line)
+    return csv_whole(row, key, path, line)
 
 
 #: The most GPUs a node of a node list may have: the fill keeps one entry per GPU.

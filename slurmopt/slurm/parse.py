@@ -1,5 +1,9 @@
 """Slurm's JSON and ``-o`` text, of any supported release, into :mod:`slurmopt.model` types.
 
+It stays one module past 500 lines: jobs, nodes and partitions of every
+supported release go through one set of field readers (``_Fields``), and the
+differences between releases read best side by side.
+
 Pure functions, no I/O: every adapter (command line, slurmrestd) feeds the
 documents it fetched through here, so one set of rules covers
 Slurm 22.05 (openapi v0.0.38), 24.11 (data_parser v0.0.40-42) and

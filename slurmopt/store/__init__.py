@@ -6,25 +6,7 @@ transition is committed before the Slurm call that causes it (see
 ``docs/store.md``).
 """
 
-from slurmopt.store.db import (
-    DEFAULT_URL,
-    URL_ENV,
-    Fence,
-    IllegalTransition,
-    JobIdReused,
-    KeyConflict,
-    LeaseLost,
-    Store,
-    StoreError,
-    UnknownJob,
-    history,
-    idempotency_key,
-    next_attempt,
-    record_transition,
-    register_job,
-    resolve_url,
-    transition,
-)
+from slurmopt.store.db import DEFAULT_URL, URL_ENV, Store, StoreError, resolve_url
 from slurmopt.store.models import (
     FINAL_STATES,
     TRANSITIONS,
@@ -39,6 +21,20 @@ from slurmopt.store.models import (
     NodeHealth,
     PlanRecord,
     Preemption,
+)
+from slurmopt.store.transitions import (
+    Fence,
+    IllegalTransition,
+    JobIdReused,
+    KeyConflict,
+    LeaseLost,
+    UnknownJob,
+    history,
+    idempotency_key,
+    next_attempt,
+    record_transition,
+    register_job,
+    transition,
 )
 
 __all__ = [

@@ -1,4 +1,8 @@
-"""The store: engine and sessions, schema migration, job transitions, leases and history.
+"""The store: engine and sessions, schema migration, leases, and the history it writes.
+
+Job transitions and the fence live in :mod:`slurmopt.store.transitions`, the
+helpers that diff and read back recorded plans in :mod:`slurmopt.store.plans`;
+their public names are re-exported here.
 
 Write before act: the daemon records every transition of a managed job and
 commits it *before* the Slurm call that causes it.  A crash between the two
@@ -20,9 +24,7 @@ from __future__ import annotations
 
 import math
 import os
-import re
-import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -35,30 +37,50 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from slurmopt.errors import SlurmoptError
-from slurmopt.hostlist import fold
 from slurmopt.policy.fragmentation import FragmentationReport
 from slurmopt.policy.plan import Plan
 from slurmopt.store.models import (
     Decision,
     FragmentationSample,
     Heartbeat,
-    JobTransition,
     Lease,
     ManagedJob,
-    ManagedJobState,
     PlanRecord,
 )
-from slurmopt.store.retention import GONE, PruneCounts, Retention
+from slurmopt.store.plans import (
+    WAITING_REWRITE_S,
+    changed_rows,
+    current_lines,
+    latest_about,
+    plan_lines,
+    plan_rows,
+    same_lines,
+    waiting_kinds,
+)
+from slurmopt.store.retention import PruneCounts, Retention
 from slurmopt.store.retention import prune as prune_history
+from slurmopt.store.transitions import (
+    FENCE_INFO,
+    Fence,
+    IllegalTransition,
+    JobIdReused,
+    KeyConflict,
+    LeaseLost,
+    UnknownJob,
+    check_fence,
+    history,
+    idempotency_key,
+    next_attempt,
+    record_transition,
+    register_job,
+    transition,
+)
 
 #: The database when neither ``--db`` nor ``SLURMOPT_DB`` names one.
 DEFAULT_URL = "sqlite:////var/lib/slurmopt/slurmopt.db"
 
 #: Environment variable that names the database URL.
 URL_ENV = "SLURMOPT_DB"
-
-#: Seconds between two writes of a waiting job's changed lines (see ``Store.record_plan``).
-WAITING_REWRITE_S = 600.0
 
 #: How long a SQLite connection waits for another writer's lock, in milliseconds.
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -73,104 +95,6 @@ class StoreError(SlurmoptError):
     exit_code = 74  # EX_IOERR
 
 
-class UnknownJob(SlurmoptError):
-    """A transition for a job the store has no record of."""
-
-    exit_code = 70  # EX_SOFTWARE
-
-
-class IllegalTransition(SlurmoptError):
-    """A state change that :data:`~slurmopt.store.models.TRANSITIONS` does not allow."""
-
-    exit_code = 70  # EX_SOFTWARE
-
-    def __init__(self, job_id: int, from_state: ManagedJobState, to_state: ManagedJobState) -> None:
-        self.job_id = job_id
-        self.from_state = from_state
-        self.to_state = to_state
-        super().__init__(f"job {job_id}: illegal transition {from_state} -> {to_state}")
-
-
-class KeyConflict(SlurmoptError):
-    """An idempotency key already recorded for a different job or target state."""
-
-    exit_code = 70  # EX_SOFTWARE
-
-
-class JobIdReused(SlurmoptError):
-    """Slurm reused a job id whose previous job slurmopt still records as live."""
-
-    exit_code = 70  # EX_SOFTWARE
-
-
-class LeaseLost(SlurmoptError):
-    """This process no longer holds the lease its fencing token names: it must not act."""
-
-    exit_code = 75  # EX_TEMPFAIL
-
-
-# -- fencing -------------------------------------------------------------------------------------
-#: Key of :attr:`Session.info` that carries the fence every transition in the session checks.
-FENCE_INFO = "slurmopt.fence"
-
-
-class Fence:
-    """Proof that this process still holds lease ``name`` under fencing ``token``.
-
-    The daemon makes one when it acquires the lease and sets it on the store
-    (:attr:`Store.fence`); from then on every managed-job transition checks
-    it inside its own transaction (a compare on holder, token and expiry),
-    and :meth:`Store.guard` checks and extends it right before each Slurm
-    write.  A holder that paused past its lease, and whose lease another
-    daemon took, fails both checks and acts on nothing.
-    """
-
-    __slots__ = ("clock", "holder", "name", "token", "ttl_s")
-
-    def __init__(
-        self, name: str, holder: str, token: int, ttl_s: float, clock: Callable[[], float]
-    ) -> None:
-        self.name = name
-        self.holder = holder
-        self.token = token
-        self.ttl_s = ttl_s
-        self.clock = clock
-
-    def check(self, session: Session, extend: bool = False) -> None:
-        """Raise :class:`LeaseLost` unless the lease is still ours, unexpired, same token.
-
-        One conditional UPDATE: on PostgreSQL it also locks the lease row
-        until the transaction ends, so a takeover cannot commit in between.
-        """
-        now = self.clock()
-        values: dict[str, Any] = {"token": self.token}
-        if extend:
-            values["expires_at"] = now + self.ttl_s
-        held = session.execute(
-            update(Lease)
-            .where(
-                Lease.name == self.name,
-                Lease.holder == self.holder,
-                Lease.token == self.token,
-                Lease.expires_at > now,
-            )
-            .values(**values)
-            .execution_options(synchronize_session=False)
-        )
-        if held.rowcount != 1:  # type: ignore[attr-defined]
-            raise LeaseLost(
-                f"lease {self.name!r} is no longer held by {self.holder} under token "
-                f"{self.token}: acting on nothing"
-            )
-
-
-def check_fence(session: Session) -> None:
-    """Check the fence the session carries, if any (a no-op for unfenced writers)."""
-    fence = session.info.get(FENCE_INFO)
-    if fence is not None:
-        fence.check(session)
-
-
 # -- URLs ----------------------------------------------------------------------------------------
 def resolve_url(option: str | None = None, environ: Mapping[str, str] | None = None) -> str:
     """The database URL: ``--db`` if given, else ``$SLURMOPT_DB``, else :data:`DEFAULT_URL`."""
@@ -178,197 +102,6 @@ def resolve_url(option: str | None = None, environ: Mapping[str, str] | None = N
         return option
     env = os.environ if environ is None else environ
     return env.get(URL_ENV) or DEFAULT_URL
-
-
-def idempotency_key(job_id: int, slurm_submit_time: float, action: str, attempt: int = 0) -> str:
-    """The key of one action on one job incarnation: ``job:submit:action:attempt``.
-
-    ``attempt`` counts repeats of the same action on the same job (the
-    second pin after a re-plan is attempt 1), so a retried call reuses its
-    key and a new decision gets a new one.
-    """
-    return f"{job_id}:{slurm_submit_time:.0f}:{action}:{attempt}"
-
-
-# -- transitions ---------------------------------------------------------------------------------
-def _existing(session: Session, key: str) -> JobTransition | None:
-    return session.scalars(select(JobTransition).where(JobTransition.key == key)).one_or_none()
-
-
-def _same_key(
-    found: JobTransition, job_id: int, to_state: ManagedJobState, key: str
-) -> JobTransition:
-    if found.job_id != job_id or found.to_state != to_state:
-        raise KeyConflict(
-            f"key {key!r} already records job {found.job_id} -> {found.to_state}, "
-            f"not job {job_id} -> {to_state}"
-        )
-    return found
-
-
-def register_job(
-    session: Session,
-    job_id: int,
-    slurm_submit_time: float,
-    *,
-    key: str,
-    reason: str = "held",
-    detail: str = "",
-    priority_before_hold: int | None = None,
-    preemptible: bool = False,
-    elastic_min_nodes: int | None = None,
-    elastic_max_nodes: int | None = None,
-    now: float | None = None,
-) -> JobTransition:
-    """Start managing a job: a record in ``waiting`` and its first transition (from none).
-
-    Idempotent for a repeated ``key``.  A record left by an earlier job with
-    the same id (told apart by ``slurm_submit_time``) is replaced if that job
-    ended; if it is still live the caller must first close it (it vanished
-    from Slurm), else :class:`JobIdReused` is raised.
-    """
-    found = _existing(session, key)
-    if found is not None:
-        return _same_key(found, job_id, ManagedJobState.WAITING, key)
-    check_fence(session)
-    at = time.time() if now is None else now
-    job = session.get(ManagedJob, job_id, with_for_update=True)
-    if job is not None:
-        if job.slurm_submit_time == slurm_submit_time:
-            raise IllegalTransition(job_id, job.state, ManagedJobState.WAITING)
-        if not job.state.is_final:
-            raise JobIdReused(
-                f"job {job_id} submitted at {slurm_submit_time:.0f} reuses the id of a job "
-                f"submitted at {job.slurm_submit_time:.0f} that is still {job.state}"
-            )
-        session.delete(job)
-        session.flush()
-    session.add(
-        ManagedJob(
-            job_id=job_id,
-            slurm_submit_time=slurm_submit_time,
-            state=ManagedJobState.WAITING,
-            nodes=None,
-            reason=reason,
-            detail=detail,
-            expected_start=None,
-            priority_before_hold=priority_before_hold,
-            preemptible=preemptible,
-            elastic_min_nodes=elastic_min_nodes,
-            elastic_max_nodes=elastic_max_nodes,
-            created_at=at,
-            updated_at=at,
-        )
-    )
-    record = JobTransition(
-        job_id=job_id,
-        slurm_submit_time=slurm_submit_time,
-        from_state=None,
-        to_state=ManagedJobState.WAITING,
-        reason=reason,
-        detail=detail,
-        at=at,
-        key=key,
-    )
-    session.add(record)
-    session.flush()
-    return record
-
-
-def transition(
-    session: Session,
-    job_id: int,
-    to_state: ManagedJobState,
-    reason: str,
-    detail: str,
-    key: str,
-    *,
-    nodes: Sequence[str] | None = None,
-    expected_start: float | None = None,
-    now: float | None = None,
-) -> JobTransition:
-    """Move a managed job to ``to_state`` and append the transition; returns the record.
-
-    A ``key`` already recorded returns that record and writes nothing, even
-    if the job has moved on since, so a retried action is harmless; the same
-    key for another job or target state is a :class:`KeyConflict`.  A move
-    :data:`~slurmopt.store.models.TRANSITIONS` forbids raises
-    :class:`IllegalTransition` and writes nothing.  ``nodes`` records the
-    planned nodes (entering ``waiting`` clears them).  The row is flushed;
-    the caller commits before it calls Slurm.
-    """
-    found = _existing(session, key)
-    if found is not None:
-        return _same_key(found, job_id, to_state, key)
-    check_fence(session)
-    job = session.get(ManagedJob, job_id, with_for_update=True)
-    if job is None:
-        raise UnknownJob(f"job {job_id} is not a managed job")
-    if not job.state.can_become(to_state):
-        raise IllegalTransition(job_id, job.state, to_state)
-    at = time.time() if now is None else now
-    record = JobTransition(
-        job_id=job_id,
-        slurm_submit_time=job.slurm_submit_time,
-        from_state=job.state,
-        to_state=to_state,
-        reason=reason,
-        detail=detail,
-        at=at,
-        key=key,
-    )
-    job.state = to_state
-    job.reason = reason
-    job.detail = detail
-    job.updated_at = at
-    if to_state is ManagedJobState.WAITING:
-        job.nodes = None
-    if nodes is not None:
-        job.nodes = fold(nodes) or None
-    if expected_start is not None:
-        job.expected_start = expected_start
-    session.add(record)
-    session.flush()
-    return record
-
-
-def next_attempt(session: Session, job_id: int, submit_time: float, action: str) -> int:
-    """How many times ``action`` was already recorded for this job incarnation."""
-    prefix = idempotency_key(job_id, submit_time, action, 0).rsplit(":", 1)[0] + ":"
-    count = session.scalar(
-        select(func.count()).select_from(JobTransition).where(JobTransition.key.like(prefix + "%"))
-    )
-    return int(count or 0)
-
-
-def record_transition(
-    session: Session,
-    job_id: int,
-    slurm_submit_time: float,
-    to_state: ManagedJobState,
-    action: str,
-    reason: str,
-    detail: str,
-    now: float,
-    *,
-    nodes: Collection[str] | None = None,
-) -> JobTransition:
-    """:func:`transition` under the key of ``action``'s next attempt on this job incarnation.
-
-    The one way the daemon records a decision: a new decision gets a new
-    key, so it is never mistaken for a retry of an earlier one.  The fence
-    is checked inside :func:`transition`, as for every transition.
-    """
-    attempt = next_attempt(session, job_id, slurm_submit_time, action)
-    key = idempotency_key(job_id, slurm_submit_time, action, attempt)
-    planned = list(nodes) if nodes is not None else None
-    return transition(session, job_id, to_state, reason, detail, key, nodes=planned, now=now)
-
-
-def history(session: Session, job_id: int) -> list[JobTransition]:
-    """Every recorded transition of a job id (all its incarnations), oldest first."""
-    stmt = select(JobTransition).where(JobTransition.job_id == job_id).order_by(JobTransition.id)
-    return list(session.scalars(stmt))
 
 
 # -- engine --------------------------------------------------------------------------------------
@@ -656,7 +389,7 @@ class Store:
         :attr:`change_only` off every line is written (the old behaviour,
         kept for the benchmark's baseline).  Returns the plan id.  Fenced, as transitions.
         """
-        lines = _plan_lines(plan)
+        lines = plan_lines(plan)
         with self.begin() as session:
             check_fence(session)
             previous_id = session.scalar(select(func.max(PlanRecord.id)))
@@ -666,7 +399,7 @@ class Store:
             elif cached is not None and cached[0] == previous_id:
                 before = cached[1]
             else:
-                before = _current_lines(session, previous_id)
+                before = current_lines(session, previous_id)
             record = PlanRecord(
                 taken_at=snapshot_taken_at,
                 planned_at=plan.now,
@@ -678,26 +411,9 @@ class Store:
             )
             session.add(record)
             session.flush()
-            rows: list[dict[str, Any]] = []
-            stored: dict[int, list[dict[str, Any]]] = {}
-            for job_id, job_lines in lines.items():
-                old = before.get(job_id)
-                if (
-                    self.change_only
-                    and old is not None
-                    and (
-                        _same_lines(old, job_lines)
-                        or self._still_waiting(job_id, old, job_lines, plan.now)
-                    )
-                ):
-                    stored[job_id] = old
-                    continue
-                rows.extend({**line, "plan_id": record.id, "at": plan.now} for line in job_lines)
-                stored[job_id] = job_lines
+            rows, stored, written = changed_rows(before, lines, record.id, plan.now, self._keeps)
+            for job_id in written:
                 self._stored_at[job_id] = plan.now
-            for job_id in before.keys() - lines.keys():
-                gone = {**before[job_id][-1], "kind": GONE, "detail": "", "nodes": None}
-                rows.append({**gone, "start_time": None, "plan_id": record.id, "at": plan.now})
             record.stored_lines = len(rows)
             if rows:
                 session.execute(insert(Decision), rows)
@@ -706,6 +422,14 @@ class Store:
         for job_id in self._stored_at.keys() - stored.keys():
             del self._stored_at[job_id]
         return plan_id
+
+    def _keeps(
+        self, job_id: int, old: list[dict[str, Any]], new: list[dict[str, Any]], now: float
+    ) -> bool:
+        """Whether ``record_plan`` keeps a job's stored lines ``old`` instead of writing ``new``."""
+        return self.change_only and (
+            same_lines(old, new) or self._still_waiting(job_id, old, new, now)
+        )
 
     def _still_waiting(
         self, job_id: int, old: list[dict[str, Any]], new: list[dict[str, Any]], now: float
@@ -717,15 +441,15 @@ class Store:
         only every :data:`WAITING_REWRITE_S`.  A start, or a job that gains or
         loses a reservation (other kinds of line), is written at once.
         """
-        kinds = _waiting_kinds(new)
-        if kinds is None or kinds != _waiting_kinds(old):
+        kinds = waiting_kinds(new)
+        if kinds is None or kinds != waiting_kinds(old):
             return False
         return now - self._stored_at.get(job_id, -math.inf) < WAITING_REWRITE_S
 
     def decisions(self, plan_id: int) -> list[Decision]:
         """Every line of one recorded plan: lines carried from earlier plans first, then its own."""
         with self.begin() as session:
-            return _plan_rows(session, plan_id)
+            return plan_rows(session, plan_id)
 
     def latest_plan(self) -> PlanRecord | None:
         """The newest recorded plan, or None: says whether a job's latest decision is current."""
@@ -742,45 +466,7 @@ class Store:
         row says it left; then the plan before that one is the newest about it.
         """
         with self.begin() as session:
-
-            def rows_at(plan_id: int) -> list[Decision]:
-                stmt = (
-                    select(Decision)
-                    .where(Decision.plan_id == plan_id, Decision.job_id == job_id)
-                    .order_by(Decision.id)
-                )
-                return list(session.scalars(stmt))
-
-            def newest_row_plan(before: int | None = None) -> int | None:
-                stmt = select(func.max(Decision.plan_id)).where(Decision.job_id == job_id)
-                if before is not None:
-                    stmt = stmt.where(Decision.plan_id < before)
-                return session.scalar(stmt)
-
-            row_plan = newest_row_plan()
-            if row_plan is None:
-                return None
-            lines = rows_at(row_plan)
-            if lines[0].kind != GONE:
-                newest = select(PlanRecord).order_by(PlanRecord.id.desc()).limit(1)
-                record = session.scalars(newest).first()
-                assert record is not None  # a row's plan is kept as long as the row
-                session.expunge_all()
-                for line in lines:  # detached: the shift is never written back
-                    line.detail = _shift_relative(line.detail, record.planned_at - line.at)
-                return record, lines
-            last_plan = newest_row_plan(before=row_plan)
-            if last_plan is None:
-                return None
-            last_about = (
-                select(PlanRecord)
-                .where(PlanRecord.id < row_plan)
-                .order_by(PlanRecord.id.desc())
-                .limit(1)
-            )
-            record = session.scalars(last_about).first() or session.get(PlanRecord, last_plan)
-            assert record is not None
-            return record, rows_at(last_plan)
+            return latest_about(session, job_id)
 
     def prune(
         self, now: float, retention: Retention | None = None, max_rows: int = 20_000
@@ -839,117 +525,9 @@ class Store:
             return list(session.scalars(stmt))
 
 
-def _line(
-    kind: str, job_id: int, line: Any, nodes: Sequence[str], at: float | None
-) -> dict[str, Any]:
-    return {
-        "job_id": job_id,
-        "kind": kind,
-        "reason": line.reason,
-        "detail": line.detail,
-        "nodes": fold(nodes) or None,
-        "start_time": at,
-    }
-
-
-#: A time relative to the plan's ``now`` in a decision's detail (``from now+139 s``).
-_RELATIVE = re.compile(r"now\+(\d+) s")
-#: How many nodes fit a waiting job's shape right now (``...; 3 in partition gpu``).
-_FITTING = re.compile(r"(free GPUs; )\d+ in partition")
-
-
-def _waiting_kinds(lines: list[dict[str, Any]]) -> tuple[str, ...] | None:
-    """The kinds of a waiting job's lines (unplaced, reservation), or None if it starts."""
-    kinds = tuple(line["kind"] for line in lines)
-    return None if any(k not in ("unplaced", "reservation") for k in kinds) else kinds
-
-
-def _same_lines(before: list[dict[str, Any]] | None, after: list[dict[str, Any]]) -> bool:
-    """Whether a job's lines are unchanged, times relative to each plan's ``now`` aside.
-
-    A reservation's absolute start is compared exactly (``start_time``); only
-    the ``now+N s`` text of the detail moves with the clock, so it alone is
-    ignored, else every waiting job would be rewritten every cycle.
-    """
-    if before is None or len(before) != len(after):
-        return False
-    for old, new in zip(before, after, strict=True):
-        if {**old, "detail": None} != {**new, "detail": None}:
-            return False
-        if _steady(old["detail"]) != _steady(new["detail"]):
-            return False
-    return True
-
-
-def _steady(detail: str) -> str:
-    """``detail`` without the figures that move every cycle while the decision stays."""
-    return _FITTING.sub(r"\1# in partition", _RELATIVE.sub("now+# s", detail))
-
-
-def _shift_relative(detail: str, by_s: float) -> str:
-    """``detail`` written ``by_s`` seconds ago, with its ``now+N s`` counted from now."""
-    if by_s <= 0:
-        return detail
-    return _RELATIVE.sub(lambda m: f"now+{max(0, round(int(m.group(1)) - by_s))} s", detail)
-
-
-def _plan_lines(plan: Plan) -> dict[int, list[dict[str, Any]]]:
-    """A plan's lines by job, in plan order, as the columns a decision row stores."""
-    lines: dict[int, list[dict[str, Any]]] = {}
-    for action in plan.actions:
-        lines.setdefault(action.job_id, []).append(
-            _line(action.kind, action.job_id, action, action.nodes, None)
-        )
-    for res in plan.reservations:
-        lines.setdefault(res.job_id, []).append(
-            _line("reservation", res.job_id, res, res.nodes, res.start_time)
-        )
-    for un in plan.unplaced:
-        lines.setdefault(un.job_id, []).append(
-            _line("unplaced", un.job_id, un, (), un.expected_start)
-        )
-    return lines
-
-
-def _plan_rows(session: Session, plan_id: int) -> list[Decision]:
-    """The rows that make up plan ``plan_id``: each job's newest rows at or before it."""
-    newest = (
-        select(Decision.job_id, func.max(Decision.plan_id).label("plan_id"))
-        .where(Decision.plan_id <= plan_id)
-        .group_by(Decision.job_id)
-        .subquery()
-    )
-    stmt = (
-        select(Decision)
-        .join(
-            newest,
-            (Decision.job_id == newest.c.job_id) & (Decision.plan_id == newest.c.plan_id),
-        )
-        .where(Decision.kind != GONE)
-        .order_by(Decision.id)
-    )
-    return list(session.scalars(stmt))
-
-
-def _current_lines(session: Session, plan_id: int) -> dict[int, list[dict[str, Any]]]:
-    """Plan ``plan_id``'s lines by job, read back from the store (after a restart)."""
-    lines: dict[int, list[dict[str, Any]]] = {}
-    for row in _plan_rows(session, plan_id):
-        lines.setdefault(row.job_id, []).append(
-            {
-                "job_id": row.job_id,
-                "kind": row.kind,
-                "reason": row.reason,
-                "detail": row.detail,
-                "nodes": row.nodes,
-                "start_time": row.start_time,
-            }
-        )
-    return lines
-
-
 __all__ = [
     "DEFAULT_URL",
+    "WAITING_REWRITE_S",
     "URL_ENV",
     "IllegalTransition",
     "JobIdReused",
