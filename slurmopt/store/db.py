@@ -477,7 +477,16 @@ class Store:
         result says rows past retention are left for the next call.  Live
         managed jobs and every row a kept plan still reads are never deleted.
         """
-        return prune_history(self.begin, now, retention or Retention(), max_rows)
+        # Each batch checks the fence in its own transaction: a daemon that lost the lease
+        # deletes nothing more (LeaseLost).
+        return prune_history(self._fenced, now, retention or Retention(), max_rows)
+
+    @contextmanager
+    def _fenced(self) -> Iterator[Session]:
+        """:meth:`begin`, with the fence (if any) checked first in the same transaction."""
+        with self.begin() as session:
+            check_fence(session)
+            yield session
 
     def managed_job(self, job_id: int) -> ManagedJob | None:
         """The current record of a managed job, or None if slurmopt does not manage it."""

@@ -11,8 +11,10 @@ from sqlalchemy import func, select
 from slurmopt.policy.plan import Plan, Reason, Reservation, Start, Unplaced
 from slurmopt.store import (
     Decision,
+    Fence,
     FragmentationSample,
     JobTransition,
+    LeaseLost,
     ManagedJob,
     ManagedJobState,
     PlanRecord,
@@ -262,3 +264,18 @@ def test_a_waiting_job_that_keeps_waiting_is_rewritten_at_most_every_ten_minutes
     )
     store.record_plan(gains, now, 0.0)
     assert _rows(store, Decision) == 4 + 3
+
+
+def test_a_daemon_that_lost_the_lease_prunes_nothing(store: Store) -> None:
+    for day in range(5):
+        store.record_plan(_waiting(1, now=T0 + day * DAY), T0 + day * DAY, 0.0)
+    clock = T0 + 5 * DAY
+    token = store.acquire_token("daemon", "host:1", 30, clock)
+    assert token is not None
+    store.fence = Fence("daemon", "host:1", token, 30, lambda: clock)
+    # Another daemon takes the lease once this one's has run out (a pause, a partition).
+    assert store.acquire_token("daemon", "host:2", 30, clock + 31) is not None
+    before = _rows(store, PlanRecord)
+    with pytest.raises(LeaseLost):
+        store.prune(clock + 31, Retention(plans_s=DAY))
+    assert _rows(store, PlanRecord) == before == 5
