@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from slurmopt.daemon.actuator import COMMENT_PREFIX, waiting_comment
 from slurmopt.daemon.loop import Daemon
@@ -30,12 +27,6 @@ def _watch_records(client: FakeSlurm, store: Store) -> list[tuple[str, ManagedJo
     client.watchers.append(watch)
     return seen
 
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    store = Store.open(f"sqlite:///{tmp_path / 'd.db'}")
-    yield store
-    store.close()
 
 
 def _daemon(tmp_path: Path, store: Store, client: FakeSlurm) -> Daemon:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +20,6 @@ from slurmopt.model import Job, JobState
 from slurmopt.store import ManagedJob, Store
 from tests.fakes.slurm import NOW, FakeSlurm
 from tests.unit.test_daemon_fakes import SUBMIT, TAG, config, held_job, node, two_leaves
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    store = Store.open(f"sqlite:///{tmp_path / 'd.db'}")
-    yield store
-    store.close()
 
 
 def _daemon(

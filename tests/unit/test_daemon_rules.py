@@ -7,7 +7,6 @@ checks that every one of them makes a test here (or elsewhere) fail.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +24,6 @@ from tests.unit.test_daemon_fakes import config, held_job, two_leaves
 S = ManagedJobState
 PRE = "slurmopt:managed,preemptible"
 
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    store = Store.open(f"sqlite:///{tmp_path / 'd.db'}")
-    yield store
-    store.close()
 
 
 def _daemon(

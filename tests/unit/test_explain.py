@@ -7,9 +7,6 @@ back with the store's helpers, and explains it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from slurmopt.explain import Explanation, JobNotExplained, SlurmView, explain_job, format_relative
@@ -72,12 +69,6 @@ def cluster_snapshot(at: float = T0, jobs: tuple[Job, ...] = ()) -> ClusterSnaps
 #: Job 1 (4 nodes) starts on leaf4; job 2 (8 nodes) gets a reservation; job 3 (64) never fits.
 QUEUE = (pending(1, 4, 10), pending(2, 8, 9), pending(3, 64, 8))
 
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = Store.open(f"sqlite:///{tmp_path / 'slurmopt.db'}")
-    yield opened
-    opened.close()
 
 
 @pytest.fixture

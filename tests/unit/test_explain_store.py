@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from slurmopt.policy.plan import Plan, Reason, Reservation, Start, Unplaced
 from slurmopt.store import ManagedJobState, Store, register_job
 
 T0 = 1_700_000_000.0
 
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = Store.open(f"sqlite:///{tmp_path / 'slurmopt.db'}")
-    yield opened
-    opened.close()
 
 
 def test_an_empty_store_has_no_plan_decision_or_record(store: Store) -> None:

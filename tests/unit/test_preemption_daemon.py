@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +26,6 @@ from tests.unit.test_daemon_fakes import config, held_job, two_leaves
 PRE = "slurmopt:managed,preemptible"
 GRACE = 30.0
 
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    store = Store.open(f"sqlite:///{tmp_path / 'd.db'}")
-    yield store
-    store.close()
 
 
 def _daemon(
@@ -290,7 +283,7 @@ def test_preemptions_command_lists_lost_work_and_overhead(tmp_path: Path, store:
     client.start(9)
     client.clock += 1
     daemon.cycle()
-    db = f"sqlite:///{tmp_path / 'd.db'}"
+    db = f"sqlite:///{tmp_path / 'slurmopt.db'}"  # the store fixture's file
     out = CliRunner().invoke(cli, ["preemptions", "--db", db, "--json"])
     assert out.exit_code == 0, out.output
     [row] = json.loads(out.output)["preemptions"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,12 +16,6 @@ from tests.unit.test_daemon_fakes import SUBMIT, config, held_job, two_leaves
 
 S = ManagedJobState
 
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    store = Store.open(f"sqlite:///{tmp_path / 'd.db'}")
-    yield store
-    store.close()
 
 
 def _daemon(tmp_path: Path, store: Store, client: FakeSlurm, holder: str) -> Daemon:

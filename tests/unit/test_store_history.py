@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from sqlalchemy import func, select
 
@@ -16,12 +13,6 @@ from slurmopt.store import Decision, PlanRecord, Store
 
 T0 = 1_700_000_000.0
 
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    store = Store.open(f"sqlite:///{tmp_path / 'slurmopt.db'}")
-    yield store
-    store.close()
 
 
 def _node(name: str, alloc: int = 0) -> Node:

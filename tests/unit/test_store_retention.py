@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,12 +27,6 @@ from slurmopt.store.retention import Retention
 T0 = 1_700_000_000.0
 DAY = 86400.0
 
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = Store.open(f"sqlite:///{tmp_path / 'slurmopt.db'}")
-    yield opened
-    opened.close()
 
 
 def _waiting(*job_ids: int, now: float) -> Plan:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,12 +30,6 @@ S = ManagedJobState
 SUBMIT = 1_700_000_000.0
 JOB = 4242
 
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    store = Store.open(f"sqlite:///{tmp_path / 'slurmopt.db'}")
-    yield store
-    store.close()
 
 
 def _register(store: Store, job_id: int = JOB, submit: float = SUBMIT) -> None:
