@@ -28,7 +28,6 @@ from pathlib import Path
 from slurmopt import __version__
 from slurmopt.config import slurm_conf_dir
 from slurmopt.errors import UsageError
-from slurmopt.tag import has_field
 
 SCRIPT_NAME = "job_submit.lua"
 #: A line every rendered script carries: tells our script from a site's own.
@@ -38,7 +37,6 @@ MAX_AGE_PLACEHOLDER = "@SLURMOPT_MAX_AGE_S@"
 #: Replaced by the slurmopt version that rendered the script, so ``status`` can tell a stale one.
 VERSION_PLACEHOLDER = "@SLURMOPT_VERSION@"
 #: The comment field the plugin adds to a job it held itself.
-HELD_FIELD = "held"
 
 _HEARTBEAT_LINE = re.compile(r'^local HEARTBEAT_PATH = "((?:[^"\\]|\\.)*)"$', re.MULTILINE)
 _MAX_AGE_LINE = re.compile(r'^local MAX_AGE_S = (?:math.min\()?tonumber\("([^"]*)"\)', re.MULTILINE)
@@ -258,16 +256,6 @@ def conf_enables_plugin(conf_text: str) -> bool:
     return not conf_change(conf_text).needed
 
 
-def plugin_held(comment: str | None) -> bool:
-    """Whether a job's *admin* comment says the plugin (not the user) put its hold on.
-
-    The plugin writes the marker only into the admin comment, and never
-    copies one from the owner's comment, so a user's ``--hold`` never
-    carries it.
-    """
-    return has_field(comment, HELD_FIELD)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the rendered script: ``python3 -m slurmopt.plugin --heartbeat PATH --max-age S``."""
     parser = argparse.ArgumentParser(prog="python3 -m slurmopt.plugin", description=main.__doc__)
@@ -285,7 +273,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 __all__ = [
     "BakedSettings",
     "ConfChange",
-    "HELD_FIELD",
     "MARKER",
     "VERSION_PLACEHOLDER",
     "InstalledPlugin",
@@ -297,7 +284,6 @@ __all__ = [
     "installed_plugin",
     "merge_plugins",
     "loads_lua",
-    "plugin_held",
     "read_source",
     "render_plugin",
     "slurm_conf_path",

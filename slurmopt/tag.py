@@ -193,6 +193,15 @@ def has_field(comment: str | None, name: str) -> bool:
     return name in (_tag_fields(comment) or ())
 
 
+def held_mark(admin_comment: str | None) -> bool:
+    """The job-submit plugin put its hold on (``held`` in the *admin* comment's tag).
+
+    The plugin writes the mark only into the admin comment and never copies
+    one from the owner's comment, so a user's own ``--hold`` never carries it.
+    """
+    return has_field(admin_comment, HELD_FIELD)
+
+
 def heartbeat_stamp(comment: str | None) -> int | None:
     """The ``hb=SEQ`` the job-submit plugin stamped into a job's admin comment, or None."""
     for field in _tag_fields(comment) or ():

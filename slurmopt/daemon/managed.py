@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from slurmopt.model import Job
-from slurmopt.tag import HELD_FIELD, JobTag, TagError, has_field, parse_comment
+from slurmopt.tag import HELD_FIELD, JobTag, TagError, held_mark, parse_comment
 
 if TYPE_CHECKING:
     from slurmopt.store import ManagedJob
@@ -78,7 +78,7 @@ def is_admin_held(job: Job) -> bool:
 
 def plugin_held(job: Job) -> bool:
     """The job-submit plugin held this job (``held`` in the admin comment's tag)."""
-    return has_field(job.admin_comment, PLUGIN_HELD_FIELD)
+    return held_mark(job.admin_comment)
 
 
 def held_by_slurmopt(job: Job) -> bool:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from slurmopt.daemon.heartbeat import write_heartbeat
-from slurmopt.plugin import baked_settings, conf_enables_plugin, plugin_held
+from slurmopt.plugin import baked_settings, conf_enables_plugin
+from slurmopt.tag import held_mark
 from tests.sandbox import SlurmSandbox
 
 pytestmark = pytest.mark.slurm
@@ -121,7 +122,7 @@ def test_gpu_job_in_managed_partition_is_held_and_tagged(
     assert job["state"] == "PENDING"
     assert job["comment"] == "my run"  # the owner's comment is left as it was
     assert job["admin"] == f"slurmopt:managed,held,hb={SEQ}"
-    assert plugin_held(job["admin"]) and not plugin_held(job["comment"])
+    assert held_mark(job["admin"]) and not held_mark(job["comment"])
     # the default partition (gpu) counts when no -p is given
     default_id = slurm.sbatch("--gpus=2", "-t", "2")
     assert _wait_reason(slurm, default_id, HELD_BY_PLUGIN)["admin"].startswith(
@@ -163,7 +164,7 @@ def test_user_hold_stays_a_user_hold(slurm: SlurmSandbox, heartbeat: HeartbeatWr
     heartbeat.beat(partitions=("gpu",))
     job_id = slurm.sbatch(*GPU_JOB, "--hold")
     job = _wait_reason(slurm, job_id, HELD_BY_USER)
-    assert job["admin"] == f"slurmopt:managed,hb={SEQ}" and not plugin_held(job["admin"])
+    assert job["admin"] == f"slurmopt:managed,hb={SEQ}" and not held_mark(job["admin"])
     slurm.run("scontrol", "release", str(job_id))
     slurm.wait_state(job_id, "RUNNING", timeout=30)
 

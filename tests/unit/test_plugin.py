@@ -24,11 +24,11 @@ from slurmopt.plugin import (
     installed_plugin,
     main,
     merge_plugins,
-    plugin_held,
     read_source,
     render_plugin,
     slurm_conf_path,
 )
+from slurmopt.tag import held_mark
 
 LUA = next((shutil.which(n) for n in ("lua5.1", "lua5.3", "lua") if shutil.which(n)), None)
 
@@ -132,8 +132,8 @@ def test_conf_that_enables_it_is_left_alone() -> None:
         (None, False),
     ],
 )
-def test_plugin_held_reads_only_the_tag(comment: str | None, held: bool) -> None:
-    assert plugin_held(comment) is held
+def test_held_mark_reads_only_the_tag(comment: str | None, held: bool) -> None:
+    assert held_mark(comment) is held
 
 
 def test_default_dest_follows_slurm_conf() -> None:
