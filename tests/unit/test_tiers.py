@@ -1,16 +1,21 @@
-"""Gang placement over every tier of the fabric: fewest tiers crossed before fewest leaves."""
+"""Every tier of the fabric: gang placement (fewest tiers before fewest leaves), the clos spec,
+the communication penalty per tier crossed."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slurmopt.errors import UsageError
 from slurmopt.fabric import Fabric, clos, fat_tree, leaf_spine
 from slurmopt.model import Job, Node
 from slurmopt.policy.placement import choose_leaves, placement_cost
 from slurmopt.policy.plan import Policy, plan
+from slurmopt.sim.comm import CommModel, Stretcher
+from slurmopt.sim.fabrics import parse_fabric_spec
 from slurmopt.sim.schedulers import TreePlacement
 from tests.unit.test_plan_helpers import gpu_node, pending, running, snapshot
 
@@ -166,3 +171,51 @@ def test_choice_is_lowest_tier_that_holds_the_gang(
         pods_free[pod] = pods_free.get(pod, 0) + c
     lowest = 0 if max(free.values()) >= k else 1 if max(pods_free.values()) >= k else 2
     assert choice.tier == lowest == tiers.tier_of(choice.leaves)
+
+
+def test_clos_spec_builds_three_tiers() -> None:
+    fabric = parse_fabric_spec("clos:3:4:2:2")
+    assert len(fabric.compute_nodes) == 24 and fabric.name == "clos"
+    assert fabric.tiers().tier_of(fabric.leaves()) == 2
+    assert fabric.span(["gpu0001", "gpu0024"]).slowest_link_gbps == 200
+    for bad in ("clos:3:4", "clos:3:4:x", "clos:3:4:2:two"):
+        with pytest.raises(UsageError):
+            parse_fabric_spec(bad)
+
+
+def _plain_factor(stretcher: Stretcher, nodes: list[str], gpus: int) -> float:
+    """The model before tiers were weighted: extra hops over two, whatever the tier."""
+    model, span = stretcher.model, stretcher.fabric.span(nodes)
+    best = stretcher.best_span(len(nodes))
+    assert span.slowest_link_gbps and best.slowest_link_gbps
+    ratio = max(1.0, best.slowest_link_gbps / span.slowest_link_gbps)
+    levels = max(0, span.max_hops - best.max_hops) / 2
+    leaves = max(0, span.num_leaves - best.num_leaves)
+    slowdown = ratio * (1 + model.level_penalty * levels + model.leaf_penalty * leaves)
+    share = model.share(gpus)
+    return (1 - share) + share * slowdown
+
+
+@pytest.mark.parametrize(
+    "spec", ["fat-tree:64:8", "fat-tree:64:8:2", "clos:4:4:4", "dragonfly+:3:2:4"]
+)
+def test_comm_penalty_unchanged_where_upper_tiers_are_as_wide(spec: str) -> None:
+    fabric = parse_fabric_spec(spec)
+    stretcher = Stretcher(CommModel(), fabric)
+    names = sorted(fabric.compute_nodes)
+    for nodes in ([names[0], names[5]], [names[0], names[-1]], names[:20], names[:9] + names[-9:]):
+        factor, _ = stretcher.factor(nodes, 8 * len(nodes))
+        assert factor == pytest.approx(_plain_factor(stretcher, nodes, 8 * len(nodes)))
+
+
+def test_comm_penalty_counts_an_oversubscribed_core_by_its_narrowness() -> None:
+    fabric = parse_fabric_spec("clos:4:4:4:2")
+    stretcher = Stretcher(CommModel(), fabric)
+    across = fabric.span(["gpu0001", "gpu0017"])  # two pods: 6 hops over the 2:1 core
+    best = stretcher.best_span(2)
+    # 2 levels beyond one leaf, plus the core tier's 2 hops / 2 x (400 / 200 - 1).
+    assert stretcher.levels(across, best) == 3.0
+    in_pod = fabric.span(["gpu0001", "gpu0005"])
+    assert stretcher.levels(in_pod, best) == 1.0
+    factor, _ = stretcher.factor(["gpu0001", "gpu0017"], 16)
+    assert factor == pytest.approx(0.85 + 0.15 * 2 * (1 + 0.5 * 3 + 0.1 * 1))
