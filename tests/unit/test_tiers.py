@@ -219,3 +219,11 @@ def test_comm_penalty_counts_an_oversubscribed_core_by_its_narrowness() -> None:
     assert stretcher.levels(in_pod, best) == 1.0
     factor, _ = stretcher.factor(["gpu0001", "gpu0017"], 16)
     assert factor == pytest.approx(0.85 + 0.15 * 2 * (1 + 0.5 * 3 + 0.1 * 1))
+
+
+def test_plan_speed_measures_a_pass_on_a_given_fabric() -> None:
+    from benchmarks.plan_speed import run_child
+
+    row = run_child(0, 200, 1, 1, "clos:2:2:8:2")
+    assert row["nodes"] == 32 and row["fabric"].startswith("generated clos(2, 2, 8")
+    assert row["starts"] > 0
