@@ -25,10 +25,11 @@ With the model off every job runs exactly its trace duration.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from slurmopt.fabric import Fabric, Span
+from slurmopt.sim.metrics import JobOutcome
 
 #: (smallest total GPUs, communication share): the share of the last row a job reaches.
 DEFAULT_SHARES: tuple[tuple[int, float], ...] = (
@@ -140,6 +141,29 @@ class Stretcher:
             1 + self.model.level_penalty * levels + self.model.leaf_penalty * leaves
         )
         return (1 - share) + share * slowdown, span.num_leaves
+
+
+def tier_metrics(outcomes: Iterable[JobOutcome], fabric: Fabric) -> dict[str, float | int | None]:
+    """How high the multi-node jobs' traffic climbs (``Fabric.tiers``: 0 one leaf, 1 one pod, ...).
+
+    ``avg_tier_multinode``: the mean highest tier spanned;
+    ``multinode_above_best_tier``: the jobs spanning a higher tier than
+    their best placement on the idle fabric (:meth:`Stretcher.best_span`)
+    needs, that is, crossing a tier they did not have to.
+    """
+    tiers = fabric.tiers()
+    stretcher = Stretcher(CommModel(), fabric)
+    spanned: list[int] = []
+    above = 0
+    for outcome in outcomes:
+        if outcome.job.nodes <= 1 or len(outcome.nodes) < 2 or outcome.start is None:
+            continue
+        span = fabric.span(outcome.nodes)
+        tier = tiers.tier_of(span.leaves)
+        spanned.append(tier)
+        above += tier > tiers.tier_of(stretcher.best_span(len(outcome.nodes)).leaves)
+    mean = round(sum(spanned) / len(spanned), 3) if spanned else None
+    return {"avg_tier_multinode": mean, "multinode_above_best_tier": above}
 
 
 def parse_shares(text: str) -> tuple[tuple[int, float], ...]:

@@ -227,3 +227,24 @@ def test_plan_speed_measures_a_pass_on_a_given_fabric() -> None:
     row = run_child(0, 200, 1, 1, "clos:2:2:8:2")
     assert row["nodes"] == 32 and row["fabric"].startswith("generated clos(2, 2, 8")
     assert row["starts"] > 0
+
+
+def test_tier_metrics_count_jobs_above_their_best_tier() -> None:
+    from slurmopt.sim.comm import tier_metrics
+    from slurmopt.sim.metrics import JobOutcome
+    from slurmopt.sim.traces import TraceJob
+
+    fabric = parse_fabric_spec("clos:2:2:4")
+    gang = TraceJob(
+        job_id=1,
+        submit_s=0.0,
+        duration_s=10.0,
+        nodes=2,
+        gpus_per_node=8,
+        time_limit_s=60,
+        gpus_asked=16,
+    )
+    one_leaf = JobOutcome(gang, start=0.0, end=10.0, nodes=("gpu0001", "gpu0002"))
+    two_pods = JobOutcome(gang, start=0.0, end=10.0, nodes=("gpu0001", "gpu0009"))
+    figures = tier_metrics([one_leaf, two_pods], fabric)
+    assert figures == {"avg_tier_multinode": 1.0, "multinode_above_best_tier": 1}
