@@ -8,6 +8,11 @@ of several passes; peak RSS is the child's own ``ru_maxrss``.
 
     python -m benchmarks.plan_speed           # tables, then one JSON object
     python -m benchmarks.plan_speed --json    # the JSON object only
+    python -m benchmarks.plan_speed --fabric clos:16:16:16:2   # one row on that fabric
+
+``--fabric`` (a ``slurmopt simulate --fabric`` spec or a topology file)
+measures the headline's pass (10,000 pending, running jobs scaled by node
+count) on that fabric instead of the series.
 
 Reported: the 4,096-node / 10,000-pending headline (``median_pass_s``,
 ``peak_rss_mb``), pass time as nodes grow (pending fixed at 10,000) and as
@@ -39,11 +44,18 @@ NODE_SIZES = (512, 1024, 2048, 4096, 8192)
 PENDING_SIZES = (1000, 2500, 5000, 10_000, 20_000)
 
 
-def run_child(num_nodes: int, num_pending: int, reps: int, seed: int) -> dict[str, Any]:
+def run_child(
+    num_nodes: int, num_pending: int, reps: int, seed: int, fabric_spec: str | None = None
+) -> dict[str, Any]:
     from slurmopt.fabric.generators import fat_tree
     from slurmopt.policy.plan import PlannerCache, PlanRequest, plan
+    from slurmopt.sim.fabrics import parse_fabric_spec
 
-    fabric = fat_tree(num_nodes, NODES_PER_LEAF, LEAVES_PER_POD)
+    if fabric_spec is None:
+        fabric = fat_tree(num_nodes, NODES_PER_LEAF, LEAVES_PER_POD)
+    else:
+        fabric = parse_fabric_spec(fabric_spec)
+        num_nodes = len(fabric.compute_nodes)
     running = round(RUNNING_AT_4096 * num_nodes / 4096)
     snapshot = synthetic_snapshot(sorted(fabric.compute_nodes), running, num_pending, seed)
     times = []
@@ -63,7 +75,9 @@ def run_child(num_nodes: int, num_pending: int, reps: int, seed: int) -> dict[st
         cached = plan(PlanRequest(snapshot, fabric), cache=cache)
         cached_times.append(time.perf_counter() - t0)
     assert cached.to_json() == result.to_json()
+    row: dict[str, Any] = {} if fabric_spec is None else {"fabric": fabric.source}
     return {
+        **row,
         "nodes": num_nodes,
         "pending": num_pending,
         "running": sum(1 for j in snapshot.jobs.values() if j.is_active),
@@ -76,9 +90,19 @@ def run_child(num_nodes: int, num_pending: int, reps: int, seed: int) -> dict[st
     }
 
 
-def _child(nodes: int, pending: int, reps: int, seed: int) -> dict[str, Any]:
+def _child(
+    nodes: int, pending: int, reps: int, seed: int, fabric: str | None = None
+) -> dict[str, Any]:
+    extra = ["--fabric", fabric] if fabric else []
     return child_json(
-        "plan_speed", "--child", f"{nodes},{pending}", "--reps", str(reps), "--seed", str(seed)
+        "plan_speed",
+        "--child",
+        f"{nodes},{pending}",
+        "--reps",
+        str(reps),
+        "--seed",
+        str(seed),
+        *extra,
     )
 
 
@@ -92,12 +116,28 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     parser.add_argument("--reps", type=int, default=3, help="passes per size (median)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--fabric",
+        metavar="SPEC|FILE",
+        help="one headline-sized pass on this fabric (a simulator --fabric spec or a file)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.child:
         nodes, pending = (int(x) for x in args.child.split(","))
-        print(json.dumps(run_child(nodes, pending, args.reps, args.seed)))
+        print(json.dumps(run_child(nodes, pending, args.reps, args.seed, args.fabric)))
+        return
+    if args.fabric:
+        row = _child(*HEADLINE, args.reps, args.seed, args.fabric)
+        if not args.json:
+            print(
+                f"{row['fabric']}: {row['nodes']} nodes, {row['pending']} pending, "
+                f"{row['median_pass_s'] * 1000:.1f} ms per pass "
+                f"({row['cached_median_pass_s'] * 1000:.1f} ms cached), "
+                f"{row['starts']} starts, {row['reservations']} reservations"
+            )
+        print(json.dumps({"benchmark": "plan_speed", "fabric": args.fabric, "headline": row}))
         return
 
     headline = _child(*HEADLINE, args.reps, args.seed)

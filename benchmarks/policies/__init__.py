@@ -22,6 +22,11 @@ leaves.
     nice -n 10 python -m benchmarks.policies              # full run, writes the doc
     python -m benchmarks.policies --limit-scale 0.1 --out /tmp/b   # a quick look
     python -m benchmarks.policies --traces DIR            # traces elsewhere
+    python -m benchmarks.policies --fabric clos:6:12:12:2 --out /tmp/b   # one fabric for all
+
+``--fabric`` (a ``slurmopt simulate --fabric`` spec or a topology file)
+replays every trace window on that fabric instead of the sized leaf-spine;
+load scaling then works from that fabric's GPUs.
 
 The package: ``settings`` (traces, loads, policies, levers, metrics),
 ``runs`` (one case), ``causes`` (ratios, targets, the cause of each miss),

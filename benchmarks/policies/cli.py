@@ -59,6 +59,19 @@ def _command() -> str:
     return (prefix + "python -m benchmarks.policies " + shlex.join(sys.argv[1:])).rstrip()
 
 
+def _fixed_fabric_nodes(parser: argparse.ArgumentParser, spec: str | None) -> int | None:
+    """Nodes of the ``--fabric`` every window replays on; None without one (each is sized)."""
+    if spec is None:
+        return None
+    from slurmopt.errors import SlurmoptError
+    from slurmopt.sim.fabrics import parse_fabric_spec
+
+    try:
+        return len(parse_fabric_spec(spec).compute_nodes)
+    except SlurmoptError as exc:
+        parser.error(str(exc))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="traces directory")
@@ -68,6 +81,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--limit-scale", type=float, default=1.0, help="multiply every window by this"
     )
     parser.add_argument("--no-fill", action="store_true", help="skip the openb fill runs")
+    parser.add_argument(
+        "--fabric",
+        metavar="SPEC|FILE",
+        help="replay every trace window on this fabric (a `slurmopt simulate --fabric` spec, "
+        "such as clos:6:12:12:2, or a topology file) instead of a leaf-spine sized to it",
+    )
     parser.add_argument(
         "--render",
         type=Path,
@@ -83,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         stored["comparison_off"] = compare(stored["rows"], penalty=False)
         _write_doc(args.out, stored)
         return
+    fixed_nodes = _fixed_fabric_nodes(parser, args.fabric)
     root = args.traces.resolve()
     needed = [t.relpath for t in TRACES]
     if not args.no_fill:
@@ -95,7 +115,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         path = str(root / spec.relpath)
         window = load_window(path, spec.fmt, limit, spec.skip_jobs)
         nodes, demand = size_cluster(window)
-        fabric = fabric_spec(nodes)
+        fabric = args.fabric or fabric_spec(nodes)
+        if fixed_nodes is not None:
+            nodes = fixed_nodes
         multinode = sum(j.nodes > 1 for j in window.jobs)
         traces.append(
             {

@@ -62,6 +62,8 @@ _TABLE = (
     ("multinode_jobs", "multi-node jobs"),
     ("avg_wait_multinode_s", "avg wait, multi-node (s)"),
     ("avg_leaves_spanned_multinode", "avg leaves spanned, multi-node"),
+    ("avg_tier_multinode", "avg tier spanned, multi-node (0 leaf, 1 pod)"),
+    ("multinode_above_best_tier", "multi-node jobs above their best tier"),
     ("avg_stretch_multinode", "avg run-time stretch, multi-node"),
     ("makespan_s", "makespan (s)"),
     ("scheduler_passes", "scheduler passes"),

@@ -12,11 +12,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from slurmopt.fabric.core import Fabric, Span, effective_gbps
+from slurmopt.fabric.core import Fabric, Span, Tiers, effective_gbps
 
 if TYPE_CHECKING:
     from slurmopt.fabric.discover import load_fabric
-    from slurmopt.fabric.generators import dragonfly_plus, fat_tree, leaf_spine
+    from slurmopt.fabric.generators import clos, dragonfly_plus, fat_tree, leaf_spine
     from slurmopt.fabric.loaders import (
         load_fabric_file,
         load_fabric_yaml,
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 #: Names served lazily, and the module each one lives in.
 _LAZY = {
     "load_fabric": "discover",
+    "clos": "generators",
     "dragonfly_plus": "generators",
     "fat_tree": "generators",
     "leaf_spine": "generators",
@@ -49,6 +50,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Fabric",
     "Span",
+    "Tiers",
+    "clos",
     "dragonfly_plus",
     "effective_gbps",
     "fat_tree",

@@ -58,6 +58,78 @@ def effective_gbps(edge: Mapping[str, object]) -> float:
     return float(bandwidth) / float(oversub or 1.0)
 
 
+class Tiers:
+    """The fabric's leaves grouped tier by tier: leaves, pods (or groups), core groups, ...
+
+    Tier 0 is a leaf.  Leaves whose uplinks are the same switches form a
+    tier-1 unit (a pod of a fat tree, a dragonfly+ group, all leaves of a
+    leaf-spine fabric); units whose top switches have the same uplinks form
+    the next tier, and so on up; whatever is left when nothing is above
+    joins one root.  A unit's tier is how many switch levels its members
+    climb to meet, so a gang's tier (:meth:`tier_of`) is the highest tier
+    its traffic crosses.  ``gbps`` is a leaf's slowest node link, or a
+    unit's bottleneck between its children (``Fabric.span`` of one node in
+    each, oversubscription included); ``hops`` the hop count between nodes
+    of two of its children.  Built once per fabric by :meth:`Fabric.tiers`.
+    """
+
+    def __init__(
+        self,
+        parent: Mapping[str, str],
+        tier: Mapping[str, int],
+        gbps: Mapping[str, float] | None = None,
+        hops: Mapping[str, int] | None = None,
+    ) -> None:
+        self.parent = parent
+        self.tier = tier
+        self.gbps = gbps or {}
+        self.hops = hops or {}
+        self._chains: dict[str, tuple[str, ...]] = {}
+
+    @classmethod
+    def from_groups(cls, group_of: Mapping[str, str], leaves: Iterable[str]) -> Tiers:
+        """Two tiers from a leaf-to-group map (a leaf missing from it is a group of its own)."""
+        parent: dict[str, str] = {}
+        tier: dict[str, int] = {}
+        for leaf in leaves:
+            unit = f"1:{group_of.get(leaf, leaf)}"
+            parent[leaf] = unit
+            tier[leaf], tier[unit] = 0, 1
+        units = set(parent.values())
+        if len(units) > 1:
+            parent.update(dict.fromkeys(units, "2:*"))
+            tier["2:*"] = 2
+        return cls(parent, tier)
+
+    def chain(self, leaf: str) -> tuple[str, ...]:
+        """The units above a leaf, lowest tier first."""
+        found = self._chains.get(leaf)
+        if found is None:
+            up = []
+            unit = self.parent.get(leaf)
+            while unit is not None:
+                up.append(unit)
+                unit = self.parent.get(unit)
+            found = self._chains[leaf] = tuple(up)
+        return found
+
+    def meet(self, leaves: Iterable[str]) -> str | None:
+        """The smallest unit holding every one of ``leaves`` (the leaf itself for one leaf)."""
+        distinct = set(leaves)
+        if len(distinct) <= 1:
+            return next(iter(distinct), None)
+        chains = [self.chain(leaf) for leaf in distinct]
+        common = set(chains[0]).intersection(*chains[1:])
+        return next((u for u in chains[0] if u in common), None)
+
+    def tier_of(self, leaves: Iterable[str]) -> int:
+        """The highest tier a set of leaves spans: 0 for one leaf, 1 for one pod, ..."""
+        unit = self.meet(leaves)
+        if unit is None:
+            return max(self.tier.values(), default=0) + 1 if self.tier else 0
+        return self.tier.get(unit, 0)
+
+
 class Fabric:
     """Read-only queries over a fabric graph.
 
@@ -323,6 +395,62 @@ class Fabric:
                 max_dist = max(max_dist, between[0])
                 slowest = min(slowest, between[1])
         return Span(tuple(spanned), len(spanned), max_dist + 2, slowest)
+
+    # -- tiers --------------------------------------------------------------------
+    @cached_property
+    def _tiers(self) -> Tiers:
+        leaves = self.leaves()
+        parent: dict[str, str] = {}
+        tier = dict.fromkeys(leaves, 0)
+        top: dict[str, frozenset[str]] = {leaf: frozenset((leaf,)) for leaf in leaves}
+        children: dict[str, list[str]] = {}
+        current = list(leaves)
+        level = 0
+        while len(current) > 1:
+            ups = {u: frozenset(x for sw in top[u] for x in self.uplinks(sw)) for u in current}
+            level += 1
+            if not any(ups.values()):  # nothing above: whatever links them joins them
+                root = f"{level}:*"
+                parent.update(dict.fromkeys(current, root))
+                children[root] = current
+                tier[root] = level
+                break
+            by_key: dict[frozenset[str], list[str]] = {}
+            for u in current:
+                if ups[u]:
+                    by_key.setdefault(ups[u], []).append(u)
+            following = [u for u in current if not ups[u]]
+            for key, same in by_key.items():
+                if len(same) == 1:  # nothing joins it on this level: it climbs as it is
+                    top[same[0]] = key
+                    following.append(same[0])
+                    continue
+                unit = f"{level}:{','.join(sorted(key))}"
+                parent.update(dict.fromkeys(same, unit))
+                children[unit] = same
+                tier[unit] = level
+                top[unit] = key
+                following.append(unit)
+            current = sorted(following, key=lambda u: self._first_node(u, children))
+        gbps: dict[str, float] = {}
+        hops: dict[str, int] = {}
+        for leaf in leaves:
+            gbps[leaf] = min(self.link_gbps(n, leaf) for n in self.nodes_under(leaf))
+        for unit, kids in children.items():
+            reps = [self._first_node(k, children) for k in kids]
+            spans = [self.span([reps[0], rep]) for rep in reps[1:]]
+            gbps[unit] = min(s.slowest_link_gbps or float("inf") for s in spans)
+            hops[unit] = max(s.max_hops for s in spans)
+        return Tiers(parent, tier, gbps, hops)
+
+    def _first_node(self, unit: str, children: Mapping[str, list[str]]) -> str:
+        while unit in children:
+            unit = children[unit][0]
+        return self.nodes_under(unit)[0]
+
+    def tiers(self) -> Tiers:
+        """The leaves grouped tier by tier (:class:`Tiers`), built on first use."""
+        return self._tiers
 
     # -- construction -------------------------------------------------------------
     @classmethod

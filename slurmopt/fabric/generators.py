@@ -183,6 +183,42 @@ def fat_tree(
     )
 
 
+def clos(
+    pods: int,
+    leaves_per_pod: int,
+    nodes_per_leaf: int,
+    oversubscription: float = 1.0,
+    aggs_per_pod: int = 2,
+    bandwidth_gbps: float = 400.0,
+    prefix: str = "gpu",
+    nvlink_domain_size: int | None = None,
+) -> Fabric:
+    """A three-tier Clos sized by pods: leaf, pod spine, core.
+
+    A :func:`fat_tree` of ``pods`` full pods whose pod-spine uplinks to the
+    core are ``oversubscription``:1, so :meth:`Fabric.span` of nodes in two
+    pods reports ``bandwidth_gbps / oversubscription`` and of nodes in one
+    pod the full ``bandwidth_gbps``.
+    """
+    _positive(pods=pods, leaves_per_pod=leaves_per_pod, nodes_per_leaf=nodes_per_leaf)
+    fabric = fat_tree(
+        pods * leaves_per_pod * nodes_per_leaf,
+        nodes_per_leaf,
+        leaves_per_pod,
+        aggs_per_pod=aggs_per_pod,
+        core_oversubscription=oversubscription,
+        bandwidth_gbps=bandwidth_gbps,
+        prefix=prefix,
+        nvlink_domain_size=nvlink_domain_size,
+    )
+    fabric.graph.graph["name"] = fabric.name = "clos"
+    fabric.source = (
+        f"generated clos({pods}, {leaves_per_pod}, {nodes_per_leaf}, "
+        f"oversubscription={oversubscription:g})"
+    )
+    return fabric
+
+
 def dragonfly_plus(
     groups: int,
     leaves_per_group: int,

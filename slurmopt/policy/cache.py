@@ -97,7 +97,7 @@ def _at_least(counts: list[int]) -> list[int]:
 class PlannerCache:
     """What consecutive :func:`plan` passes share, so a pass redoes only what changed.
 
-    Everything held is derived from the passes' own inputs: leaf and group
+    Everything held is derived from the passes' own inputs: leaf
     lookups of the fabric, each partition's node layout and capability
     indexes, each node's free GPUs and release times, the queue's job-size
     counts and its pending jobs.  Each pass first compares its snapshot with
@@ -121,7 +121,6 @@ class PlannerCache:
     def _reset(self, fabric: Fabric | None) -> None:
         self._fabric = fabric
         self.leaf_of: dict[str, str | None] = {}
-        self.group_of: dict[str, str] = {}
         self._nodes: dict[str, Node] = {}
         self._node_sig: dict[str, tuple[int, bool]] = {}
         self._available_by_state: dict[tuple[str, frozenset[str]], bool] = {}
@@ -307,16 +306,6 @@ class PlannerCache:
             self.leaf_of[node] = self._fabric.leaf_of(node)
         return self.leaf_of[node]
 
-    def _group(self, leaf: str) -> str:
-        """Leaves with the same uplinks are one group: any two are the fewest hops apart."""
-        group = self.group_of.get(leaf)
-        if group is None:
-            fabric = self._fabric
-            assert fabric is not None
-            up = fabric.uplinks(leaf) if leaf in fabric.graph else []
-            group = self.group_of[leaf] = ",".join(up) or leaf
-        return group
-
     def layout(self, partition: Partition) -> Layout:
         """The partition's layout, rebuilt only when its nodes or their service changed."""
         known = self._layouts.get(partition.name)
@@ -344,7 +333,6 @@ class PlannerCache:
             if leaf is not None:
                 leaf_nodes.setdefault(leaf, []).append(node.name)
                 leaf_capable.setdefault(leaf, [0] * (max_gpus + 2))[node.gpus_total] += 1
-                self._group(leaf)
         for counts in leaf_capable.values():
             _at_least(counts)
         avail_groups = {**leaf_nodes}

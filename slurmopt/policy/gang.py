@@ -1,9 +1,11 @@
-"""Gang placement: the nodes a multi-node (or node-pinned) job takes now, on the fewest leaves.
+"""Gang placement: the nodes a multi-node (or node-pinned) job takes now, on the fewest tiers.
 
 A gang's nodes are chosen per leaf switch (``choose_leaves``): one leaf when
 the policy asks for it, unless waiting for one would take too long, else
-the fewest leaves in the fewest groups.  Kept apart from single-node
-placement because it reads the per-leaf counts, not the free-GPU buckets.
+the lowest :func:`~slurmopt.policy.placement.placement_cost` over the
+fabric's tiers (fewest tiers crossed, widest links, fewest pods and
+leaves).  Kept apart from single-node placement because it reads the
+per-leaf counts, not the free-GPU buckets.
 """
 
 from __future__ import annotations
@@ -47,12 +49,12 @@ class GangPlacement(PlannerCore):
         need = k - len(required)
         single = self._single_leaf(pool, k, gpus) and not required
         choice = choose_leaves(
-            {leaf: len(v) for leaf, v in respected.items()}, need, self.group_of, single
+            {leaf: len(v) for leaf, v in respected.items()}, need, self.tiers, single
         )
         spread_note = ""
         if choice is None and single and self.policy.compact_wait_share is not None:
             spread = choose_leaves(
-                {leaf: len(v) for leaf, v in respected.items()}, need, self.group_of, False
+                {leaf: len(v) for leaf, v in respected.items()}, need, self.tiers, False
             )
             if spread is not None:
                 found = self._earliest_block(ask, one_leaf=True)
@@ -115,7 +117,7 @@ class GangPlacement(PlannerCore):
             if choose_leaves(
                 {leaf: len(v) for leaf, v in loose.items()},
                 k - len(required),
-                self.group_of,
+                self.tiers,
                 single,
             ):
                 return Failure(

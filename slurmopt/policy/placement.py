@@ -1,4 +1,4 @@
-"""Where a job goes: feature constraints, leaf choice for gangs, FGD node choice for single nodes.
+"""Where a job goes: feature constraints, the gang placement cost, FGD node choice for single nodes.
 
 Pure functions over counts, so the rules can be tested and explained on
 their own; :mod:`slurmopt.policy.cache` and :mod:`slurmopt.policy.planner` keep the
@@ -8,9 +8,11 @@ indexes that feed them.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from slurmopt.fabric.core import Tiers
 from slurmopt.policy.fragmentation import JobShape
 
 
@@ -51,21 +53,204 @@ def parse_constraint(text: str) -> Constraint:
     return Constraint(frozenset(parts), any_of)
 
 
-# -- gang placement over leaves ------------------------------------------------------------------
+# -- gang placement over the fabric's tiers -----------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class LeafChoice:
-    """Nodes to take per leaf, and the usable nodes the chosen leaves keep free afterwards."""
+    """Nodes to take per leaf, and the usable nodes the chosen leaves keep free afterwards.
+
+    ``tier`` is the highest tier the gang spans (0: one leaf, 1: one pod,
+    ...) and ``gbps`` the bottleneck of the links its traffic crosses.
+    """
 
     take: tuple[tuple[str, int], ...]
     left_over: int
+    tier: int = 0
+    gbps: float = math.inf
 
     @property
     def leaves(self) -> tuple[str, ...]:
         return tuple(leaf for leaf, _ in self.take)
 
 
+#: A choice's cost, lowest best; see :func:`placement_cost`.
+Cost = tuple[int, float, tuple[int, ...], tuple[int, ...], tuple[str, ...]]
+
+
+def placement_cost(
+    choice: LeafChoice, tiers: Tiers, free: Mapping[str, int], names: tuple[str, ...]
+) -> Cost:
+    """The one ordering of gang placements: lower is better, compared item by item.
+
+    1. the highest tier spanned (one leaf < one pod < one core group ...);
+    2. the bottleneck bandwidth of the links crossed, widest first
+       (oversubscription included);
+    3. the blocks spanned, tier by tier from the top down (pods, then leaves);
+    4. best fit, tier by tier from the top down: the fewest usable nodes left
+       over on the blocks spanned, then the smaller largest block (a pod kept
+       whole is worth more than a leaf kept whole);
+    5. names (``names``: the blocks chosen at the top tier), so ties are stable.
+
+    ``free`` holds the usable nodes of every leaf and unit before the gang.
+    """
+    need = sum(n for _, n in choice.take)
+    spanned: list[int] = []
+    fit: list[int] = []
+    for below in range(max(choice.tier - 1, 0), -1, -1):
+        blocks = {_block(tiers, leaf, below) for leaf, _ in choice.take}
+        sizes = [free.get(b, 0) for b in blocks]
+        spanned.append(len(blocks))
+        fit.extend((sum(sizes) - need, max(sizes)))
+    return (choice.tier, -choice.gbps, tuple(spanned), tuple(fit), names)
+
+
+def _block(tiers: Tiers, leaf: str, tier: int) -> str:
+    """The largest unit at or below ``tier`` that holds ``leaf``."""
+    block = leaf
+    for unit in tiers.chain(leaf):
+        if tiers.tier.get(unit, 0) > tier:
+            break
+        block = unit
+    return block
+
+
+def _best_subset(cands: list[tuple[int, str]], need: int, m: int) -> tuple[int, int, list[str]]:
+    """The best ``m`` blocks among ``cands`` (sorted largest first) for ``need`` nodes.
+
+    The ``m - 2`` largest blocks are taken whole; then the pair of other
+    blocks that covers the rest with the fewest nodes left over, ties to the
+    pair whose larger block is smaller (big blocks stay free for big jobs),
+    then by name.  Returns (left over, largest block used, block names);
+    left over is -1 when no such pair exists.
+    """
+    whole = cands[: m - 2]
+    rest_need = need - sum(c for c, _ in whole)
+    rest = sorted((c, name) for c, name in cands[m - 2 :])
+    counts = [c for c, _ in rest]
+    best: tuple[int, int, str, str] | None = None
+    for i, (a, name_a) in enumerate(rest):
+        j = bisect.bisect_left(counts, rest_need - a, lo=i + 1)
+        if j >= len(rest):
+            continue
+        b, name_b = rest[j]
+        key = (a + b - rest_need, b, name_a, name_b)
+        if best is None or key < best:
+            best = key
+    if best is None:
+        return -1, 0, []
+    left, largest, name_a, name_b = best
+    largest = max([largest, *(c for c, _ in whole)])
+    return left, largest, [name for _, name in whole] + [name_a, name_b]
+
+
+def _gbps(tiers: Tiers, leaves: Iterable[str]) -> float:
+    """A leaf set's bottleneck: its leaves' node links and each unit it spans two children of."""
+    gbps = math.inf
+    children: dict[str, set[str]] = {}
+    for leaf in leaves:
+        gbps = min(gbps, tiers.gbps.get(leaf, math.inf))
+        below = leaf
+        for unit in tiers.chain(leaf):
+            children.setdefault(unit, set()).add(below)
+            below = unit
+    for unit, kids in children.items():
+        if len(kids) > 1:
+            gbps = min(gbps, tiers.gbps.get(unit, math.inf))
+    return gbps
+
+
+class _Search:
+    """One gang's search down the tiers: free nodes per unit, the best choice inside each.
+
+    Candidates come from the tiers, never from combinations of leaves: the
+    lowest units that hold the gang; inside a pod (children are leaves) the
+    fewest leaves by best fit, as on a two-tier fabric; above pods a few sets
+    of the fewest children (the fullest, and each with its tightest
+    partner), each spread over the fewest of its leaves.
+    """
+
+    def __init__(self, free_by_leaf: Mapping[str, int], tiers: Tiers) -> None:
+        self.tiers = tiers
+        self.free: dict[str, int] = dict(free_by_leaf)
+        kids: dict[str, dict[str, None]] = {}
+        tops: dict[str, None] = {}
+        for leaf, count in free_by_leaf.items():
+            below = leaf
+            for unit in tiers.chain(leaf):
+                self.free[unit] = self.free.get(unit, 0) + count
+                kids.setdefault(unit, {})[below] = None
+                below = unit
+            tops[below] = None
+        self.kids = {unit: list(members) for unit, members in kids.items()}
+        if len(tops) == 1:
+            self.root = next(iter(tops))
+        else:  # leaves the tiers do not join: join them above everything
+            self.root = "*"
+            self.kids["*"] = list(tops)
+            self.free["*"] = sum(free_by_leaf.values())
+        self.top_tier = 1 + max(tiers.tier.values(), default=0)
+
+    def _tier(self, unit: str) -> int:
+        return self.tiers.tier.get(unit, self.top_tier) if unit in self.kids else 0
+
+    def whole(self, unit: str) -> list[tuple[str, int]]:
+        """Every usable node under a unit."""
+        if unit not in self.kids:
+            return [(unit, self.free[unit])]
+        return [t for kid in self.kids[unit] for t in self.whole(kid)]
+
+    def best(self, unit: str, need: int) -> tuple[Cost, LeafChoice]:
+        """The lowest-cost choice of ``need`` nodes inside ``unit`` (which holds them)."""
+        free = self.free
+        if unit not in self.kids:
+            gbps = self.tiers.gbps.get(unit, math.inf)
+            leaf = LeafChoice(((unit, need),), free[unit] - need, 0, gbps)
+            return placement_cost(leaf, self.tiers, free, (unit,)), leaf
+        kids = self.kids[unit]
+        holding = [k for k in kids if free[k] >= need]
+        if holding:
+            return min((self.best(k, need) for k in holding), key=lambda found: found[0])
+        cands = sorted(((free[k], k) for k in kids), key=lambda x: (-x[0], x[1]))
+        tier = self._tier(unit)
+        if all(k not in self.kids for k in kids):  # children are leaves
+            _, _, names = _best_subset(cands, need, _fewest(cands, need))
+            choice = self._leaf_choice([(free[k], k) for k in names], need, tier)
+            return placement_cost(choice, self.tiers, free, tuple(names)), choice
+        # Above pods: each of a few sets of the fewest children (the fullest ones, and the
+        # best partner of each), spread over the fewest of their leaves; the cheapest wins.
+        best: tuple[Cost, LeafChoice] | None = None
+        for names in _subsets(cands, need, _fewest(cands, need)):
+            leaves = sorted(
+                ((free[leaf], leaf) for k in names for leaf, _ in self.whole(k)),
+                key=lambda x: (-x[0], x[1]),
+            )
+            _, _, picked = _best_subset(leaves, need, _fewest(leaves, need))
+            choice = self._leaf_choice([(free[leaf], leaf) for leaf in picked], need, tier)
+            found = (placement_cost(choice, self.tiers, free, tuple(names)), choice)
+            if best is None or found[0] < best[0]:
+                best = found
+        assert best is not None
+        return best
+
+    def _leaf_choice(self, chosen: list[tuple[int, str]], need: int, tier: int) -> LeafChoice:
+        take = _fill(chosen, need)
+        leaves = [leaf for leaf, _ in take]
+        left = sum(c for c, _ in chosen) - need
+        return LeafChoice(take, left, tier, _gbps(self.tiers, leaves))
+
+
+def _fewest(cands: Sequence[tuple[int, str]], need: int) -> int:
+    """How many of ``cands`` (largest first) it takes to hold ``need``."""
+    m, running = 0, 0
+    for c, _ in cands:
+        m += 1
+        running += c
+        if running >= need:
+            break
+    return m
+
+
 def _fill(chosen: Sequence[tuple[int, str]], need: int) -> tuple[tuple[str, int], ...]:
-    """Take whole leaves, smallest first; the largest chosen leaf gives only the remainder.
+    """Take whole blocks, smallest first; the largest chosen block gives only the remainder.
 
     Leaving the spare nodes on one leaf (the largest) keeps them together
     for the next job instead of scattering one or two over every leaf.
@@ -81,81 +266,53 @@ def _fill(chosen: Sequence[tuple[int, str]], need: int) -> tuple[tuple[str, int]
     return tuple(sorted(take))
 
 
-def _best_subset(cands: list[tuple[int, str]], need: int, m: int) -> tuple[int, int, list[str]]:
-    """The best ``m`` leaves among ``cands`` (sorted largest first) for ``need`` nodes.
-
-    The ``m - 2`` largest leaves are taken whole; then the pair of other
-    leaves that covers the rest with the fewest nodes left over, ties to the
-    pair whose larger leaf is smaller (big leaves stay free for big jobs),
-    then by name.  Returns (left over, largest leaf used, leaf names);
-    left over is -1 when no such pair exists.
-    """
+def _subsets(cands: list[tuple[int, str]], need: int, m: int) -> list[list[str]]:
+    """Sets of ``m`` of ``cands`` (largest first) that hold ``need``: the ``m`` largest, and the
+    ``m - 2`` largest with each other block and its tightest partner."""
     whole = cands[: m - 2]
     rest_need = need - sum(c for c, _ in whole)
-    rest = sorted((c, leaf) for c, leaf in cands[m - 2 :])
+    rest = sorted(cands[m - 2 :])
     counts = [c for c, _ in rest]
-    best: tuple[int, int, str, str] | None = None
-    for i, (a, leaf_a) in enumerate(rest):
+    found = [[name for _, name in cands[:m]]]
+    seen = {frozenset(found[0])}
+    for i, (a, name_a) in enumerate(rest):
         j = bisect.bisect_left(counts, rest_need - a, lo=i + 1)
         if j >= len(rest):
             continue
-        b, leaf_b = rest[j]
-        key = (a + b - rest_need, b, leaf_a, leaf_b)
-        if best is None or key < best:
-            best = key
-    if best is None:
-        return -1, 0, []
-    left, largest, leaf_a, leaf_b = best
-    largest = max([largest, *(c for c, _ in whole)])
-    return left, largest, [leaf for _, leaf in whole] + [leaf_a, leaf_b]
+        names = [name for _, name in whole] + [name_a, rest[j][1]]
+        if frozenset(names) not in seen:
+            seen.add(frozenset(names))
+            found.append(names)
+    return found
 
 
 def choose_leaves(
     free_by_leaf: Mapping[str, int],
     need: int,
-    group_of: Mapping[str, str],
+    tiers: Tiers | Mapping[str, str],
     single_leaf: bool,
 ) -> LeafChoice | None:
     """Pick leaves for a gang of ``need`` nodes, given usable nodes per leaf.
 
-    Rules, in order: the fewest leaves; then leaves of one group (leaves
-    sharing their uplinks, so every pair is the fewest hops apart); then
-    the fewest usable nodes left over on the chosen leaves (best fit); then
-    the smaller largest leaf; then leaf names.  With ``single_leaf`` only a
-    one-leaf answer is accepted.  None when the nodes are not there.
+    The choice of least :func:`placement_cost`: the lowest tier, then the
+    widest bottleneck, then the fewest blocks spanned tier by tier, then
+    best fit.  ``tiers`` is the fabric's (:meth:`Fabric.tiers`), or a
+    leaf-to-group map for two tiers.  With ``single_leaf`` only a one-leaf
+    answer is accepted.  None when the nodes are not there.
     """
-    cands = sorted(
-        ((c, leaf) for leaf, c in free_by_leaf.items() if c > 0), key=lambda x: (-x[0], x[1])
-    )
-    if sum(c for c, _ in cands) < need:
+    if not isinstance(tiers, Tiers):
+        tiers = Tiers.from_groups(tiers, free_by_leaf)
+    free = {leaf: c for leaf, c in free_by_leaf.items() if c > 0}
+    if sum(free.values()) < need:
         return None
-    fitting = [(c, leaf) for c, leaf in cands if c >= need]
+    fitting = [(-tiers.gbps.get(leaf, math.inf), c, leaf) for leaf, c in free.items() if c >= need]
     if fitting:
-        count, leaf = min(fitting)
-        return LeafChoice(((leaf, need),), count - need)
+        _, count, leaf = min(fitting)
+        return LeafChoice(((leaf, need),), count - need, 0, tiers.gbps.get(leaf, math.inf))
     if single_leaf:
         return None
-    m, running = 0, 0
-    for c, _ in cands:
-        m += 1
-        running += c
-        if running >= need:
-            break
-    by_group: dict[str, list[tuple[int, str]]] = {}
-    for c, leaf in cands:
-        by_group.setdefault(group_of.get(leaf, leaf), []).append((c, leaf))
-    best: tuple[int, int, list[str]] | None = None
-    for members in by_group.values():
-        if len(members) < m or sum(c for c, _ in members[:m]) < need:
-            continue
-        found = _best_subset(members, need, m)
-        if found[0] >= 0 and (best is None or found < best):
-            best = found
-    if best is None:
-        best = _best_subset(cands, need, m)
-    left, _, names = best
-    chosen = [(free_by_leaf[leaf], leaf) for leaf in names]
-    return LeafChoice(_fill(chosen, need), left)
+    search = _Search(free, tiers)
+    return search.best(search.root, need)[1]
 
 
 # -- single-node choice: FGD ---------------------------------------------------------------------

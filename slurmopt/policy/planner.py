@@ -118,7 +118,8 @@ class PlannerCore(ABC):
         self.taken: set[str] = set()
         self.pools_for_request: dict[tuple[Any, ...], tuple[list[Pool], Failure | None]] = {}
         self.leaf_of = cache.leaf_of
-        self.group_of = cache.group_of
+        #: The fabric's leaves grouped tier by tier, which gang placement reads.
+        self.tiers = fabric.tiers()
         self.reserved_in_leaf: dict[str, int] = {}
         self.reserved_by: dict[str, list[int]] = {}
         #: Bumped when a leaf's (or off-leaf node's) free GPUs or reservations change.
@@ -431,7 +432,7 @@ class PlannerCore(ABC):
 
     @abstractmethod
     def _start_gang(self, ask: Ask) -> Failure | None:
-        """Start a multi-node (or node-pinned) job now on the fewest leaves."""
+        """Start a multi-node (or node-pinned) job now where the gang placement cost is lowest."""
 
     @abstractmethod
     def _try_reserve(self, asks: Sequence[Ask], failure: Failure) -> bool:

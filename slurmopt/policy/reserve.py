@@ -95,7 +95,7 @@ class Reservations(PlannerCore):
 
         A gang that fits one leaf gets the earliest one-leaf block when
         ``one_leaf`` (default: the policy's ``reserve_one_leaf``), else the
-        earliest block anywhere, on the fewest leaves at that time.
+        earliest block anywhere, placed by the same cost among the nodes ready then.
         """
         if one_leaf is None:
             one_leaf = self.policy.reserve_one_leaf
@@ -132,7 +132,7 @@ class Reservations(PlannerCore):
         choice = choose_leaves(
             {leaf: sum(1 for _, n in v if n not in required) for leaf, v in ready.items()},
             k - len(fixed),
-            self.group_of,
+            self.tiers,
             single,
         )
         if choice is None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from slurmopt.fabric import Fabric
 from slurmopt.sim.cluster import SimCluster, SimulationError
-from slurmopt.sim.comm import CommModel
+from slurmopt.sim.comm import CommModel, tier_metrics
 from slurmopt.sim.engine import Simulation
 from slurmopt.sim.metrics import SimResult
 from slurmopt.sim.schedulers import (
@@ -42,7 +42,9 @@ def simulate(
     scheduler = make_scheduler(policy, fabric, bf_max_job_test, bf_window_s, bf_interval_s)
     cluster = SimCluster(fabric, gpus_per_node)
     sim = Simulation(trace, cluster, scheduler, comm or CommModel(), progress=progress)
-    return sim.run()
+    result = sim.run()
+    result.metrics.update(tier_metrics(result.outcomes, fabric))
+    return result
 
 
 __all__ = [

@@ -13,7 +13,11 @@ fewest consecutive leaves).  A job placed worse runs longer:
   at its best placement over the one it crosses where placed
   (``Fabric.span``); an oversubscribed uplink halves bandwidth at 2:1;
 * ``levels``: switch levels crossed beyond the best placement, as extra
-  hops over two (a leaf-spine job on two leaves where one would do: 1);
+  hops over two (a leaf-spine job on two leaves where one would do: 1),
+  each tier crossed weighted by how much narrower its links are than the
+  first tier's (:meth:`Stretcher.levels`: crossing a 2:1 oversubscribed
+  core counts twice); on two-level fabrics, and wherever upper tiers are
+  as wide as the first, that weight is 1;
 * ``leaves``: leaf switches spanned beyond the best placement.
 
 With the model off every job runs exactly its trace duration.
@@ -21,10 +25,11 @@ With the model off every job runs exactly its trace duration.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from slurmopt.fabric import Fabric, Span
+from slurmopt.sim.metrics import JobOutcome
 
 #: (smallest total GPUs, communication share): the share of the last row a job reaches.
 DEFAULT_SHARES: tuple[tuple[int, float], ...] = (
@@ -86,6 +91,36 @@ class Stretcher:
         self._best[nodes] = span
         return span
 
+    def levels(self, span: Span, best: Span) -> float:
+        """Switch levels crossed beyond ``best``, each tier weighted by its narrowness.
+
+        Extra hops over two, plus, for each tier the placement crosses and
+        the best one does not, that tier's added hops over two times
+        (first tier's bandwidth / this tier's - 1): the weight is the first
+        tier's bandwidth over the tier's own (``Fabric.tiers``), so only a
+        tier narrower than the first adds anything.
+        """
+        plain = max(0, span.max_hops - best.max_hops) / 2
+        tiers = self.fabric.tiers()
+        chain = tiers.chain(span.leaves[0]) if span.leaves else ()
+        if not chain:
+            return plain
+        placed_tier = tiers.tier_of(span.leaves)
+        best_tier = tiers.tier_of(best.leaves)
+        first = tiers.gbps.get(chain[0], 0.0)
+        extra = 0.0
+        below = 2
+        for unit in chain:
+            tier = tiers.tier.get(unit, 0)
+            if tier > placed_tier:
+                break
+            hops = tiers.hops.get(unit, below)
+            gbps = tiers.gbps.get(unit, 0.0)
+            if tier > best_tier and gbps > 0 and first > gbps:
+                extra += (hops - below) / 2 * (first / gbps - 1)
+            below = hops
+        return plain + extra
+
     def factor(self, nodes: Sequence[str], gpus: int) -> tuple[float, int]:
         """Run-time factor (>= 1) for a job of ``gpus`` GPUs on ``nodes``, and leaves spanned."""
         if len(nodes) < 2:
@@ -100,12 +135,35 @@ class Stretcher:
         ratio = 1.0
         if span.slowest_link_gbps and best.slowest_link_gbps:
             ratio = max(1.0, best.slowest_link_gbps / span.slowest_link_gbps)
-        levels = max(0, span.max_hops - best.max_hops) / 2
+        levels = self.levels(span, best)
         leaves = max(0, span.num_leaves - best.num_leaves)
         slowdown = ratio * (
             1 + self.model.level_penalty * levels + self.model.leaf_penalty * leaves
         )
         return (1 - share) + share * slowdown, span.num_leaves
+
+
+def tier_metrics(outcomes: Iterable[JobOutcome], fabric: Fabric) -> dict[str, float | int | None]:
+    """How high the multi-node jobs' traffic climbs (``Fabric.tiers``: 0 one leaf, 1 one pod, ...).
+
+    ``avg_tier_multinode``: the mean highest tier spanned;
+    ``multinode_above_best_tier``: the jobs spanning a higher tier than
+    their best placement on the idle fabric (:meth:`Stretcher.best_span`)
+    needs, that is, crossing a tier they did not have to.
+    """
+    tiers = fabric.tiers()
+    stretcher = Stretcher(CommModel(), fabric)
+    spanned: list[int] = []
+    above = 0
+    for outcome in outcomes:
+        if outcome.job.nodes <= 1 or len(outcome.nodes) < 2 or outcome.start is None:
+            continue
+        span = fabric.span(outcome.nodes)
+        tier = tiers.tier_of(span.leaves)
+        spanned.append(tier)
+        above += tier > tiers.tier_of(stretcher.best_span(len(outcome.nodes)).leaves)
+    mean = round(sum(spanned) / len(spanned), 3) if spanned else None
+    return {"avg_tier_multinode": mean, "multinode_above_best_tier": above}
 
 
 def parse_shares(text: str) -> tuple[tuple[int, float], ...]:

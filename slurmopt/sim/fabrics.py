@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from slurmopt.errors import UsageError
-from slurmopt.fabric import Fabric, dragonfly_plus, leaf_spine, load_fabric_file
+from slurmopt.fabric import Fabric, clos, dragonfly_plus, leaf_spine, load_fabric_file
 
 SPEC_HELP = (
     "fat-tree:NODES:NODES_PER_LEAF[:OVERSUB] (two-level leaf-spine), "
+    "clos:PODS:LEAVES_PER_POD:NODES_PER_LEAF[:OVERSUB] (three tiers: leaf, pod spine, core; "
+    "OVERSUB on the core uplinks), "
     "dragonfly+:GROUPS:LEAVES_PER_GROUP:NODES_PER_LEAF[:SPINES_PER_GROUP[:GLOBAL_OVERSUB]], "
     "or a topology.conf / topology.yaml / fabric YAML file"
 )
@@ -40,6 +42,14 @@ def parse_fabric_spec(spec: str) -> Fabric:
         nodes, per_leaf = _ints(spec, parts, ["NODES", "NODES_PER_LEAF"])
         oversub = _float(spec, parts[2], "OVERSUB") if len(parts) == 3 else 1.0
         return leaf_spine(nodes, per_leaf, oversubscription=oversub)
+    if kind == "clos":
+        if len(parts) not in (3, 4):
+            raise UsageError(
+                f"bad fabric {spec!r}: use clos:PODS:LEAVES_PER_POD:NODES_PER_LEAF[:OVERSUB]"
+            )
+        pods, per_pod, per_leaf = _ints(spec, parts, ["PODS", "LEAVES_PER_POD", "NODES_PER_LEAF"])
+        oversub = _float(spec, parts[3], "OVERSUB") if len(parts) == 4 else 1.0
+        return clos(pods, per_pod, per_leaf, oversubscription=oversub)
     if kind == "dragonfly+":
         if len(parts) not in (3, 4, 5):
             raise UsageError(

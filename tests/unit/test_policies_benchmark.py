@@ -286,3 +286,22 @@ def test_summary_counts_met_cells_and_groups_misses_by_cause() -> None:
     assert "target below the packing floor (1)" in stranded
     assert "most stranding with nobody waiting (1)" in stranded
     assert rows["| `avg_wait_multinode_s` < 1"].endswith("| 0 of 0 | - |")
+
+
+def test_a_bad_fabric_fails_before_any_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--fabric", "clos:2:2", "--traces", str(tmp_path), "--out", str(tmp_path)])
+    assert info.value.code == 2
+    assert "clos:PODS:LEAVES_PER_POD:NODES_PER_LEAF" in capsys.readouterr().err
+    assert not (tmp_path / "benchmarks.md").exists()
+
+
+def test_a_case_replays_on_a_clos_fabric() -> None:
+    case = bench.Case(
+        "tiny", str(FIXTURES / "tiresias.csv"), "tiresias", None, "clos:2:2:4:2", 1.0, True,
+        "slurmopt",
+    )  # fmt: skip
+    row = bench.run_case(case)
+    assert "error" not in row and row["metrics"]["jobs"] > 0
