@@ -79,11 +79,15 @@ class Tiers:
         tier: Mapping[str, int],
         gbps: Mapping[str, float] | None = None,
         hops: Mapping[str, int] | None = None,
+        apart: frozenset[str] = frozenset(),
     ) -> None:
         self.parent = parent
         self.tier = tier
         self.gbps = gbps or {}
         self.hops = hops or {}
+        #: Units whose children no path joins (separate trees under a nominal root): a gang
+        #: may not span them, as Slurm's topology/tree places no job across such trees.
+        self.apart = apart
         self._chains: dict[str, tuple[str, ...]] = {}
 
     @classmethod
@@ -436,12 +440,18 @@ class Fabric:
         hops: dict[str, int] = {}
         for leaf in leaves:
             gbps[leaf] = min(self.link_gbps(n, leaf) for n in self.nodes_under(leaf))
+        apart: set[str] = set()
         for unit, kids in children.items():
             reps = [self._first_node(k, children) for k in kids]
-            spans = [self.span([reps[0], rep]) for rep in reps[1:]]
+            try:
+                spans = [self.span([reps[0], rep]) for rep in reps[1:]]
+            except FabricError:  # trees no switch joins (a warning at load): no job spans them
+                apart.add(unit)
+                gbps[unit], hops[unit] = 0.0, 0
+                continue
             gbps[unit] = min(s.slowest_link_gbps or float("inf") for s in spans)
             hops[unit] = max(s.max_hops for s in spans)
-        return Tiers(parent, tier, gbps, hops)
+        return Tiers(parent, tier, gbps, hops, frozenset(apart))
 
     def _first_node(self, unit: str, children: Mapping[str, list[str]]) -> str:
         while unit in children:

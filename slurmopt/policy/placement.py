@@ -312,7 +312,11 @@ def choose_leaves(
     if single_leaf:
         return None
     search = _Search(free, tiers)
-    return search.best(search.root, need)[1]
+    root = search.root
+    if root in tiers.apart:  # separate trees: the gang must fit inside one of them
+        inside = [search.best(k, need) for k in search.kids[root] if search.free[k] >= need]
+        return min(inside, key=lambda found: found[0])[1] if inside else None
+    return search.best(root, need)[1]
 
 
 # -- single-node choice: FGD ---------------------------------------------------------------------

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from slurmopt.errors import UsageError
 from slurmopt.fabric import Fabric, clos, fat_tree, leaf_spine
+from slurmopt.fabric.loaders import parse_topology_conf
 from slurmopt.model import Job, Node
 from slurmopt.policy.placement import choose_leaves, placement_cost
 from slurmopt.policy.plan import PlanRequest, Policy, plan
@@ -248,3 +249,16 @@ def test_tier_metrics_count_jobs_above_their_best_tier() -> None:
     two_pods = JobOutcome(gang, start=0.0, end=10.0, nodes=("gpu0001", "gpu0009"))
     figures = tier_metrics([one_leaf, two_pods], fabric)
     assert figures == {"avg_tier_multinode": 1.0, "multinode_above_best_tier": 1}
+
+
+def test_a_gang_never_spans_trees_no_switch_joins() -> None:
+    # Two trees with no common switch (the loader warns; Slurm places no job across them).
+    fabric = parse_topology_conf(
+        "SwitchName=l1 Nodes=n[1-2]\nSwitchName=l2 Nodes=n[3-4]\n"
+        "SwitchName=s1 Switches=l1\nSwitchName=s2 Switches=l2\n"
+    )
+    assert fabric.warnings
+    nodes = [gpu_node(f"n{i}") for i in range(1, 5)]
+    result = plan(PlanRequest(snapshot(nodes, [pending(1, nodes=3), pending(2, nodes=2)]), fabric))
+    assert [(a.job_id, a.nodes) for a in result.actions] == [(2, ("n1", "n2"))]
+    assert [u.job_id for u in result.unplaced] == [1]
