@@ -34,9 +34,9 @@ class Policy:
     that fits on one leaf switch waits for one rather than spreading;
     ``compact_wait_share`` bounds that wait (compare Slurm's ``bf_topopt``;
     0 by default: the gang's reservation is on one leaf, but it starts now
-    on the fewest leaves when it can):
+    on the best placement it has now (the fewest tiers, then leaves) when it can):
     when one leaf frees up only later than this share of the job's time
-    limit from now, the gang starts now on the fewest leaves instead (None:
+    limit from now, the gang starts now on its best placement instead (None:
     wait however long it takes).
     ``reserve_one_leaf``: a gang that cannot start now, and fits one leaf, is
     reserved on the leaf that frees up first, however much later than a block

@@ -8,7 +8,7 @@ be checkpointed and requeued to make room.  The rules:
   preempts a job that is not preemptible, and preempts another preemptible
   job only with a strictly higher priority;
 * the freed nodes must let the planner place the preemptor by its own gang
-  rules (fewest leaves): each candidate set is checked by running
+  rules (the lowest tier, widest links, fewest leaves): each candidate set is checked by running
   :func:`slurmopt.policy.plan.plan` on the snapshot without the victims;
 * among the sets that work: least lost work first (GPU-seconds since each
   victim's last acknowledged checkpoint, or since it started), then the
