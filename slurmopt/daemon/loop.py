@@ -78,7 +78,7 @@ from slurmopt.metrics import DaemonMetrics
 from slurmopt.model import ClusterSnapshot, Job
 from slurmopt.policy.fragmentation import fragmentation_report
 from slurmopt.policy.knobs import configured
-from slurmopt.policy.plan import Plan, PlanRequest, Policy, plan
+from slurmopt.policy.plan import Plan, PlannerCache, PlanRequest, Policy, plan
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.store import Fence, LeaseLost, ManagedJob, Store
 from slurmopt.store.retention import PruneCounts, Retention
@@ -205,6 +205,8 @@ class Daemon:
             config.pin_timeout_s,
             may_hold=self._may_act_now,
         )
+        #: What consecutive passes share (fabric layout, indexes): the same plans, cheaper.
+        self.planner_cache = PlannerCache()
         self.preempter = Preempter(
             store, self.client, PreemptionSettings.from_config(config), metrics=self.metrics
         )
@@ -459,7 +461,7 @@ class Daemon:
             preemption=self.preempter.ask(records) if acting else None,
         )
         started = time.perf_counter()
-        result.plan = plan(request)
+        result.plan = plan(request, cache=self.planner_cache)
         duration = time.perf_counter() - started
         result.plan_id = self.store.record_plan(result.plan, snapshot.taken_at, duration)
         report = fragmentation_report(snapshot, self.fabric)
