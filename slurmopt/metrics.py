@@ -7,7 +7,10 @@ fragmentation report, a plan or a cycle's result into the metrics: no Slurm
 calls, no clock reads, so a test feeds hand-built inputs and reads the values
 back.  :meth:`DaemonMetrics.instrument` wraps the daemon's Slurm client so
 every write it makes (pin, release, hold, comment, ...) and every adapter
-error is counted where it happens, whoever makes the call.
+error is counted where it happens, whoever makes the call.  That wrapper
+(:class:`~slurmopt.metrics_client.InstrumentedSlurmClient`) and the bounded
+label values for nodes and reasons (:mod:`slurmopt.metrics_labels`) live in
+their own modules; their names are re-exported here.
 
 :func:`serve` exposes the registry over HTTP with
 ``prometheus_client.start_http_server``; ``docs/metrics.md`` lists every
@@ -17,13 +20,11 @@ metric with example PromQL.
 from __future__ import annotations
 
 import logging
-import re
 import threading
-from collections import Counter as Tally
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -43,18 +44,25 @@ from slurmopt import __version__
 from slurmopt.daemon.managed import is_managed
 from slurmopt.daemon.status import MODES
 from slurmopt.errors import SlurmError
-from slurmopt.model import ClusterSnapshot, Node, NodeState
+from slurmopt.metrics_client import InstrumentedSlurmClient
+from slurmopt.metrics_labels import (
+    MAX_NODE_REASONS,
+    MAX_REASON_LENGTH,
+    OTHER_REASON,
+    node_state_class,
+    normalise_reason,
+    unavailable_nodes_by_reason,
+)
+from slurmopt.model import ClusterSnapshot
 from slurmopt.policy.fragmentation import FragmentationReport
 from slurmopt.policy.plan import Plan
-from slurmopt.slurm.base import JobStatus, SlurmClient
+from slurmopt.slurm.base import SlurmClient
 
 if TYPE_CHECKING:
     from slurmopt.daemon.loop import CycleResult
     from slurmopt.health.agent import DrainCap
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 #: Address the metrics endpoint binds to unless told otherwise: local scrapes only.
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"
@@ -69,12 +77,6 @@ CHECKPOINT_ACK_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 #: Most distinct ``reason`` values ``slurmopt_degraded`` shows at once.
 MAX_DEGRADED_REASONS = 8
 
-#: Distinct ``reason`` values the unavailable-nodes gauge shows; the rest add up under "other".
-MAX_NODE_REASONS = 16
-#: Longest ``reason`` value, in characters.
-MAX_REASON_LENGTH = 48
-OTHER_REASON = "other"
-
 #: Client methods that change Slurm, and the ``kind`` each counts under.
 ACTION_KINDS = {
     "pin": "pin",
@@ -88,19 +90,6 @@ ACTION_KINDS = {
     "drain": "drain",
 }
 
-#: Coarse node states for the unavailable-nodes gauge, first match wins.
-_STATE_CLASSES: tuple[tuple[str, frozenset[str]], ...] = (
-    ("drain", frozenset({"DRAIN", "DRAINING", "DRAINED"})),
-    ("down", frozenset({"DOWN"})),
-    ("not_responding", frozenset({"NOT_RESPONDING"})),
-    ("fail", frozenset({"FAIL", "FAILING", "ERROR"})),
-    ("maintenance", frozenset({"MAINTENANCE", "MAINT", "RESERVED"})),
-    ("powered_down", frozenset({"POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "POWERING_UP"})),
-    ("reboot", frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})),
-    ("invalid", frozenset({"INVALID_REG", "INVALID"})),
-    ("future", frozenset({"FUTURE"})),
-)
-
 
 class PreemptionOutcome(StrEnum):
     """How one preemption of a running job ended (the ``outcome`` label)."""
@@ -113,53 +102,6 @@ class PreemptionOutcome(StrEnum):
 #: Per-switch series only for leaves (0) and the tier above them (1): one series per leaf and
 #: per pod or spine.  Higher tiers have few switches but add nothing an admin alerts on.
 MAX_SWITCH_LABEL_LEVEL = 1
-
-
-def node_state_class(node: Node) -> str:
-    """A bounded name for why ``node`` is out of service: drain, down, not_responding, ..."""
-    marks = set(node.flags) | {node.state.value}
-    for name, members in _STATE_CLASSES:
-        if marks & members:
-            return name
-    return node.state.value.lower() if node.state is not NodeState.UNKNOWN else "unknown"
-
-
-def normalise_reason(reason: str, fallback: str) -> str:
-    """Slurm's free-text node reason made into a label value of bounded variety.
-
-    Lower case, Slurm's ``[user@time]`` suffix dropped, GPU indices and node
-    numbers folded (``gpu3:xid79`` -> ``gpu:xid79``, ``gpu017`` -> ``gpu``), spaces collapsed to one
-    ``_``, at most :data:`MAX_REASON_LENGTH` characters; ``fallback`` when empty.
-    """
-    text = re.sub(r"\s*\[[^\]]*\]\s*$", "", reason.strip()).lower()
-    text = re.sub(r"\b(gpu|node|nid)\d+\b", r"\1", text)
-    text = re.sub(r"\s+", "_", text.strip())
-    text = re.sub(r"[^a-z0-9_:.,/+=-]", "", text)
-    return text[:MAX_REASON_LENGTH] or fallback
-
-
-def unavailable_nodes_by_reason(
-    nodes: Iterable[Node], max_reasons: int = MAX_NODE_REASONS
-) -> dict[tuple[str, str], int]:
-    """Unavailable nodes counted by (state class, normalised reason), at most ``max_reasons``.
-
-    The most common reasons keep their own value; the rest of each state
-    class is counted under ``other``, so the sum always equals the number
-    of unavailable nodes.
-    """
-    counts: Tally[tuple[str, str]] = Tally()
-    for node in nodes:
-        if node.available:
-            continue
-        state = node_state_class(node)
-        counts[(state, normalise_reason(node.reason, state))] += 1
-    kept = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:max_reasons]
-    out: dict[tuple[str, str], int] = dict(kept)
-    for (state, _reason), n in sorted(counts.items()):
-        if (state, _reason) not in out:
-            key = (state, OTHER_REASON)
-            out[key] = out.get(key, 0) + n
-    return out
 
 
 class _UnavailableNodesCollector(Collector):
@@ -498,72 +440,6 @@ class DaemonMetrics:
         return InstrumentedSlurmClient(client, self)
 
 
-class InstrumentedSlurmClient:
-    """A Slurm client that counts its successful writes and its adapter errors, then delegates.
-
-    Errors are re-raised unchanged; attributes it does not define (a fake's
-    test hooks, say) are the wrapped client's.
-    """
-
-    def __init__(self, inner: SlurmClient, metrics: DaemonMetrics) -> None:
-        self.inner = inner
-        self.metrics = metrics
-        self.name = inner.name
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self.inner, attr)
-
-    def _call(self, operation: str, call: Callable[[], T]) -> T:
-        try:
-            out = call()
-        except SlurmError as exc:
-            self.metrics.count_slurm_error(exc, operation)
-            raise
-        self.metrics.count_action(operation)
-        return out
-
-    def snapshot(self) -> ClusterSnapshot:
-        return self._call("snapshot", self.inner.snapshot)
-
-    def topology_text(self) -> str | None:
-        return self._call("topology_text", self.inner.topology_text)
-
-    def hold(self, job_id: int) -> None:
-        self._call("hold", lambda: self.inner.hold(job_id))
-
-    def release(self, job_id: int) -> None:
-        self._call("release", lambda: self.inner.release(job_id))
-
-    def pin(self, job_id: int, nodes: Sequence[str]) -> None:
-        self._call("pin", lambda: self.inner.pin(job_id, nodes))
-
-    def signal(self, job_id: int, signal: str, batch_only: bool = True) -> None:
-        self._call("signal", lambda: self.inner.signal(job_id, signal, batch_only))
-
-    def requeue(self, job_id: int, hold: bool = True) -> None:
-        self._call("requeue", lambda: self.inner.requeue(job_id, hold))
-
-    def shrink(self, job_id: int, node_count: int) -> None:
-        self._call("shrink", lambda: self.inner.shrink(job_id, node_count))
-
-    def set_comment(self, job_id: int, text: str, admin: bool = True) -> None:
-        self._call("set_comment", lambda: self.inner.set_comment(job_id, text, admin))
-
-    def submit(
-        self, argv: Sequence[str], script: str | None = None, env: Mapping[str, str] | None = None
-    ) -> int:
-        return self._call("submit", lambda: self.inner.submit(argv, script, env))
-
-    def cancel(self, job_id: int) -> None:
-        self._call("cancel", lambda: self.inner.cancel(job_id))
-
-    def job_status(self, job_id: int) -> JobStatus | None:
-        return self._call("job_status", lambda: self.inner.job_status(job_id))
-
-    def drain(self, node: str, reason: str) -> None:
-        self._call("drain", lambda: self.inner.drain(node, reason))
-
-
 @dataclass
 class MetricsServer:
     """The HTTP endpoint serving one registry; :meth:`close` stops it and frees the port."""
@@ -595,6 +471,9 @@ def serve(
 
 __all__ = [
     "DEFAULT_METRICS_ADDRESS",
+    "MAX_NODE_REASONS",
+    "MAX_REASON_LENGTH",
+    "OTHER_REASON",
     "DaemonMetrics",
     "InstrumentedSlurmClient",
     "MetricsServer",

@@ -126,9 +126,9 @@ def test_a_holder_stopped_inside_a_transaction_does_not_block_the_takeover(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """PostgreSQL ends the stopped holder's transaction, so its row lock cannot outlive it."""
-    from slurmopt.store import db
+    from slurmopt.store import engine
 
-    monkeypatch.setattr(db, "PG_IDLE_IN_TRANSACTION_S", 1.0)
+    monkeypatch.setattr(engine, "PG_IDLE_IN_TRANSACTION_S", 1.0)
     a, b = Store.open(pg_url), Store(pg_url)
     assert a.acquire_token(LEASE, "a", ttl_s=10, now=0.0) == 1
     fence = Fence(LEASE, "a", 1, 10, clock=lambda: 5.0)
