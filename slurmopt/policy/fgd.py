@@ -22,8 +22,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from slurmopt.errors import UsageError
 from slurmopt.model import ClusterSnapshot, Job
 
@@ -146,6 +144,8 @@ def _parse_csv(text: str, path: str) -> list[JobShape]:
 
 def _parse_structured(text: str, path: str) -> list[JobShape]:
     """A JSON or YAML list of records; every error names the line it is on."""
+    import yaml  # only a job-size file needs the parser: the planner's import stays light
+
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:

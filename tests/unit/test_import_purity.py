@@ -34,6 +34,7 @@ FORBIDDEN_LIBRARIES = (
     "jinja2",
     "pynvml",
     "torch",
+    "yaml",
     "click",
     "rich",
     "apscheduler",
