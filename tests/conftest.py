@@ -38,6 +38,7 @@ def slurm_cluster() -> Iterator[SlurmSandbox]:
 def slurm(slurm_cluster: SlurmSandbox, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmSandbox]:
     """A clean, idle sandbox for one test; every job is cancelled again afterwards."""
     monkeypatch.setenv("SLURM_CONF", slurm_cluster.conf)
+    monkeypatch.setenv("PATH", slurm_cluster.env["PATH"])
     slurm_cluster.reset()
     yield slurm_cluster
     slurm_cluster.reset()
@@ -113,8 +114,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     conf = sandbox_conf() or "(none)"
     version = ""
     try:
+        # the sandbox's own sinfo (a chroot release's through its wrappers)
+        env = SlurmSandbox(conf).env if conf != "(none)" else None
         version = subprocess.run(
-            ["sinfo", "--version"], capture_output=True, text=True, timeout=10
+            ["sinfo", "--version"], capture_output=True, text=True, timeout=10, env=env
         ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         pass

@@ -3,6 +3,12 @@
 Tests marked ``slurm`` get a :class:`SlurmSandbox`; when no controller
 answers they fail (they never skip), because a silent skip would hide that
 the integration suite did not run.
+
+``SLURMOPT_SANDBOX_RELEASE`` picks the sandbox (``bookworm``, the host's own
+Slurm, by default; ``trixie`` or ``sid``, started with ``slurm-sandbox up
+--release R``): its own directory, lock and client commands (the wrappers in
+``<dir>/bin`` that run the chroot's commands), and the release every test can
+assert the adapter detected.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -20,8 +27,15 @@ from pathlib import Path
 from slurmopt.model import Job
 from slurmopt.slurm.parse import parse_jobs
 
-DEFAULT_DIR = Path(os.environ.get("SLURMOPT_SANDBOX_DIR", "/tmp/slurmopt-sandbox"))
-LOCK_PATH = Path("/tmp/slurmopt-sandbox.lock")
+#: The Debian release whose Slurm the tests target.
+RELEASE = os.environ.get("SLURMOPT_SANDBOX_RELEASE") or "bookworm"
+#: The Slurm release each Debian release carries (sid's changes; env.sh says which it ran).
+SLURM_OF_RELEASE = {"bookworm": "22.05", "trixie": "24.11"}
+_RELEASE_DIR = Path(
+    "/tmp/slurmopt-sandbox" if RELEASE == "bookworm" else f"/tmp/slurmopt-sandbox-{RELEASE}"
+)
+DEFAULT_DIR = Path(os.environ.get("SLURMOPT_SANDBOX_DIR") or _RELEASE_DIR)
+LOCK_PATH = Path(f"{_RELEASE_DIR}.lock")
 
 
 def free_port() -> int:
@@ -32,12 +46,27 @@ def free_port() -> int:
 
 
 def sandbox_conf() -> str | None:
-    """SLURM_CONF from the environment, else the default sandbox's config if it exists."""
+    """The targeted sandbox's config.
+
+    With ``SLURMOPT_SANDBOX_RELEASE`` set, that release's sandbox (never a
+    ``SLURM_CONF`` left over from another one); else ``SLURM_CONF``, else the
+    default sandbox's config if it exists.
+    """
+    default = DEFAULT_DIR / "etc" / "slurm.conf"
+    if os.environ.get("SLURMOPT_SANDBOX_RELEASE"):
+        return str(default) if default.exists() else None
     conf = os.environ.get("SLURM_CONF")
     if conf:
         return conf
-    default = DEFAULT_DIR / "etc" / "slurm.conf"
     return str(default) if default.exists() else None
+
+
+def env_file(conf: str) -> dict[str, str]:
+    """The exports ``slurm-sandbox up`` wrote to env.sh beside the config's ``etc``."""
+    path = Path(conf).parent.parent / "env.sh"
+    if not path.exists():
+        return {}
+    return dict(re.findall(r"^export (\w+)=(\S*)$", path.read_text(), re.MULTILINE))
 
 
 @contextmanager
@@ -56,9 +85,29 @@ class SlurmSandbox:
 
     def __init__(self, conf: str) -> None:
         self.conf = conf
+        self.dir = Path(conf).parent.parent
+        exported = env_file(conf)
+        #: Debian release and Slurm release (``24.11.5``, or a prefix such as ``22.05``)
+        #: that this sandbox runs, from env.sh (older env.sh files lack them).
+        self.release = exported.get("SLURMOPT_SANDBOX_RELEASE", RELEASE)
+        self.slurm_version = exported.get(
+            "SLURMOPT_SANDBOX_SLURM_VERSION", SLURM_OF_RELEASE.get(self.release, "")
+        )
         self.env = {**os.environ, "SLURM_CONF": conf}
-        self.workdir = Path(conf).parent.parent / "jobs"
+        # A chroot release's client commands: the wrappers, first on PATH.
+        bindir = self.dir / "bin"
+        if (bindir / "sinfo").exists():
+            self.env["PATH"] = f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"
+        self.workdir = self.dir / "jobs"
         self.workdir.mkdir(parents=True, exist_ok=True)
+
+    def assert_version(self, detected: str) -> None:
+        """``detected`` (what an adapter found) is this sandbox's Slurm, not another one's."""
+        want = self.slurm_version
+        assert want, f"no known Slurm release for the {self.release} sandbox"
+        assert detected == want or detected.startswith(want + "."), (
+            f"the adapter detected Slurm {detected!r}; the {self.release} sandbox runs {want}"
+        )
 
     def run(self, *argv: str, check: bool = True, input: str | None = None) -> str:
         proc = subprocess.run(

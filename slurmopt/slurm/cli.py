@@ -90,7 +90,8 @@ class SubprocessRunner:
         return CommandResult(proc.returncode, proc.stdout, proc.stderr)
 
 
-def _version_tuple(release: str) -> tuple[int, int]:
+def version_tuple(release: str) -> tuple[int, int]:
+    """``(24, 11)`` from ``24.11.5`` or ``slurm-wlm 24.11.5``, else :class:`SlurmResponseError`."""
     match = re.search(r"(\d+)\.(\d+)", release)
     if not match:
         raise SlurmResponseError(f"cannot tell the Slurm release from {release.strip()[:60]!r}")
@@ -163,7 +164,8 @@ class CliSlurmClient:
         if result.returncode != 0 or _UNREACHABLE.search(result.stderr):
             first = (result.stderr.strip() or f"exit {result.returncode}").splitlines()[0]
             if _UNREACHABLE.search(result.stderr):
-                raise SlurmUnavailable(f"{what}: {first}")
+                # 22.05 reports it inside squeue's JSON (below); later releases on stderr.
+                raise SlurmUnavailable(f"{what}: slurmctld unreachable: {first}")
             down = self._controller_down()
             if down is not None:
                 raise SlurmUnavailable(f"{what}: slurmctld unreachable: {down}")
@@ -193,26 +195,37 @@ class CliSlurmClient:
     # ------------------------------------------------------------------ reads
 
     def slurm_release(self) -> str:
-        """Slurm's release as ``sinfo --version`` reports it (``22.05.8``), read once."""
+        """Slurm's release as ``sinfo --version`` reports it (``22.05.8``), read once.
+
+        The client runs whatever ``sinfo`` its ``PATH`` finds (the host's, or a
+        chroot's through the sandbox's wrappers), so this is the release of the
+        commands it talks through, and every read picks its commands by it.
+        """
         if self._release is None:
             text = self._read(["sinfo", "--version"])
-            _version_tuple(text)
+            version_tuple(text)
             self._release = text.split()[-1] if text.split() else text.strip()
         return self._release
+
+    @property
+    def slurm_version(self) -> str:
+        """The detected release (``24.11.5``); same as :meth:`slurm_release`."""
+        return self.slurm_release()
 
     def snapshot(self) -> ClusterSnapshot:
         """All of jobs, nodes and partitions, or an error; never part of them."""
         taken_at = time.time()
-        modern = _version_tuple(self.slurm_release()) >= SCONTROL_JSON_SINCE
+        modern = version_tuple(self.slurm_release()) >= SCONTROL_JSON_SINCE
         jobs_argv = ["squeue", "--json"]
         jobs_doc = self._read_json(jobs_argv)
         if modern:
             nodes_argv = ["scontrol", "show", "nodes", "--json"]
             parts_argv = ["scontrol", "show", "partitions", "--json"]
             nodes_doc = self._read_json(nodes_argv)
-            partitions = parse.parse_partitions_json(
-                self._read_json(parts_argv), " ".join(parts_argv)
-            )
+            parts_doc = self._read_json(parts_argv)
+            partitions = parse.parse_partitions_json(parts_doc, " ".join(parts_argv))
+            if not parse.partitions_mark_default(parts_doc):
+                partitions = parse.with_defaults(partitions, self.default_partitions())
         else:
             nodes_argv = ["sinfo", "--json"]
             parts_argv = ["scontrol", "show", "partition", "-o"]
@@ -226,7 +239,17 @@ class CliSlurmClient:
             source=self.name,
             jobs_source=" ".join(jobs_argv),
             nodes_source=" ".join(nodes_argv),
+            slurm_version=self.slurm_release(),
         )
+
+    def default_partitions(self) -> set[str]:
+        """The default partition's name (a set: none or one), from ``scontrol show partition -o``.
+
+        Every release prints ``Default=YES`` there; 24.11's JSON does not say.
+        """
+        argv = ["scontrol", "show", "partition", "-o"]
+        parts = parse.parse_partitions_text(self._read(argv), " ".join(argv))
+        return {part.name for part in parts if part.default}
 
     def slurm_config(self) -> dict[str, str]:
         """The running slurmctld's configuration (``scontrol show config``), key to value."""

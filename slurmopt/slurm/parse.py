@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -82,7 +82,7 @@ def load_json(text: str | bytes, source: str) -> dict[str, Any]:
     return doc
 
 
-def slurm_version(doc: Mapping[str, Any]) -> str:
+def meta_version(doc: Mapping[str, Any]) -> str:
     """``"22.05.8"``-style release from a document's ``meta`` (either spelling), or ``""``."""
     meta = doc.get("meta")
     if not isinstance(meta, dict):
@@ -576,6 +576,23 @@ def _limit(value: int | None) -> int | None:
     return value
 
 
+def partitions_mark_default(doc: Mapping[str, Any]) -> bool:
+    """Whether a partitions document says which partition is the default.
+
+    24.11's JSON (v0.0.40-42) has no ``flags``, so its ``default`` is always
+    False; 22.05's slurmrestd and 26.05 carry ``flags: ["DEFAULT"]``.
+    """
+    records = doc.get("partitions")
+    return isinstance(records, list) and any(
+        isinstance(obj, dict) and "flags" in obj for obj in records
+    )
+
+
+def with_defaults(partitions: Sequence[Partition], defaults: Collection[str]) -> list[Partition]:
+    """The partitions with ``default`` set exactly for the names in ``defaults``."""
+    return [replace(part, default=part.name in defaults) for part in partitions]
+
+
 def parse_partitions_json(doc: Mapping[str, Any], source: str = "partitions") -> list[Partition]:
     """``scontrol show partitions --json`` (24.11+) or slurmrestd ``/partitions`` (v0.0.38)."""
     parts = []
@@ -632,8 +649,13 @@ def build_snapshot(
     source: str,
     jobs_source: str = "jobs",
     nodes_source: str = "nodes",
+    slurm_version: str = "",
 ) -> ClusterSnapshot:
-    """A complete snapshot from already-fetched documents, or :class:`SlurmResponseError`."""
+    """A complete snapshot from already-fetched documents, or :class:`SlurmResponseError`.
+
+    The snapshot's ``slurm_version`` is the documents' ``meta`` release, else
+    ``slurm_version`` (what the adapter detected otherwise).
+    """
     jobs = parse_jobs(jobs_doc, jobs_source)
     nodes = attach_gpu_indices(parse_node_records(nodes_doc, nodes_source), jobs)
     return ClusterSnapshot.build(
@@ -641,6 +663,6 @@ def build_snapshot(
         nodes=nodes,
         jobs=jobs,
         partitions=partitions,
-        slurm_version=slurm_version(jobs_doc) or slurm_version(nodes_doc),
+        slurm_version=meta_version(jobs_doc) or meta_version(nodes_doc) or slurm_version,
         source=source,
     )

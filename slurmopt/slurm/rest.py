@@ -77,6 +77,11 @@ class RestSlurmClient(ScontrolWrites):
     def close(self) -> None:
         self._http.close()
 
+    @property
+    def slurm_version(self) -> str:
+        """The cluster's release (``24.11.5``), as the command-line client detects it."""
+        return self.cli.slurm_version
+
     def _get(self, endpoint: str) -> dict[str, Any]:
         path = f"/slurm/{self.api_version}/{endpoint}"
         where = f"slurmrestd {self.url}{path}"
@@ -107,7 +112,11 @@ class RestSlurmClient(ScontrolWrites):
         taken_at = time.time()
         jobs_doc = self._get("jobs")
         nodes_doc = self._get("nodes")
-        partitions = parse.parse_partitions_json(self._get("partitions"), "slurmrestd partitions")
+        parts_doc = self._get("partitions")
+        partitions = parse.parse_partitions_json(parts_doc, "slurmrestd partitions")
+        if not parse.partitions_mark_default(parts_doc):
+            # 24.11 (v0.0.40-42) does not say which partition is the default
+            partitions = parse.with_defaults(partitions, self.cli.default_partitions())
         return parse.build_snapshot(
             jobs_doc,
             nodes_doc,

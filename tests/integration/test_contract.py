@@ -22,36 +22,39 @@ from slurmopt.slurm import connect
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.slurm.cli import CliSlurmClient
 from slurmopt.slurm.pyslurm_client import load_pyslurm
-from slurmopt.slurm.rest import RestSlurmClient
-from tests.sandbox import SlurmSandbox
+from slurmopt.slurm.rest import DEFAULT_API, RestSlurmClient
+from tests.sandbox import SlurmSandbox, env_file
 
 pytestmark = pytest.mark.slurm
 
 IMPLEMENTATIONS = ["cli", "rest-unix", "rest-jwt", "pyslurm"]
 
 
-def _sandbox_env(sandbox: SlurmSandbox) -> dict[str, str]:
-    """The exports `slurm-sandbox up` wrote to env.sh (slurmrestd addresses among them)."""
-    env_sh = Path(sandbox.conf).parent.parent / "env.sh"
-    if not env_sh.exists():
-        return {}
-    return dict(re.findall(r"^export (\w+)=(\S*)$", env_sh.read_text(), re.MULTILINE))
-
-
 def make_client(kind: str, sandbox: SlurmSandbox) -> SlurmClient:
-    """The implementation under test, or a skip saying why it cannot run here."""
+    """The implementation under test, or a skip saying why it cannot run here.
+
+    Every client first shows that it reaches the sandbox's own Slurm release
+    (never, say, the host's 22.05 when the tests target a chroot's 24.11).
+    """
     if kind == "cli":
-        return connect("cli", slurm_conf=sandbox.conf)
+        cli = connect("cli", slurm_conf=sandbox.conf)
+        assert isinstance(cli, CliSlurmClient)
+        sandbox.assert_version(cli.slurm_version)
+        return cli
     if kind.startswith("rest"):
-        env = _sandbox_env(sandbox)
+        env = env_file(sandbox.conf)
         key = "SLURMOPT_RESTD_SOCKET" if kind == "rest-unix" else "SLURMOPT_RESTD_URL"
         if key not in env:
             pytest.skip(f"the sandbox was started without --restd ({key} not in env.sh)")
         cli = CliSlurmClient(slurm_conf=sandbox.conf)
+        api = env.get("SLURMOPT_RESTD_API", DEFAULT_API)
         if kind == "rest-unix":
-            return RestSlurmClient(f"unix:{env[key]}", cli=cli)
-        token = sandbox.run("scontrol", "token", "lifespan=600").strip()
-        return RestSlurmClient(env[key], token=token, user="root", cli=cli)
+            rest = RestSlurmClient(f"unix:{env[key]}", api_version=api, cli=cli)
+        else:
+            token = sandbox.run("scontrol", "token", "lifespan=600").strip()
+            rest = RestSlurmClient(env[key], token=token, user="root", api_version=api, cli=cli)
+        sandbox.assert_version(rest.slurm_version)
+        return rest
     try:
         load_pyslurm()
     except SlurmUnavailable as exc:
@@ -87,8 +90,8 @@ def scenario(slurm: SlurmSandbox) -> Iterator[Scenario]:
     yield sc
 
 
-def assert_known_state(snap: ClusterSnapshot, sc: Scenario) -> None:
-    assert snap.slurm_version.startswith("22.05")
+def assert_known_state(snap: ClusterSnapshot, sc: Scenario, sandbox: SlurmSandbox) -> None:
+    sandbox.assert_version(snap.slurm_version)
     # squeue --json also lists jobs that ended within MinJobAge (the fixture's cancelled ones).
     live = {i for i, j in snap.jobs.items() if j.is_active or j.is_pending}
     assert live == {sc.twonode, sc.gpu3, sc.gpn2, sc.held, sc.too_big}
@@ -147,7 +150,7 @@ def test_snapshot_equals_the_known_state(kind: str, slurm: SlurmSandbox,
                                          scenario: Scenario) -> None:
     client = make_client(kind, slurm)
     snap = client.snapshot()
-    assert_known_state(snap, scenario)
+    assert_known_state(snap, scenario, slurm)
     assert snap.source == kind.split("-")[0]
 
 
@@ -206,6 +209,7 @@ def _unreachable_conf(slurm: SlurmSandbox, tmp_path: Path) -> str:
 def test_unreachable_controller_is_unavailable_quickly(slurm: SlurmSandbox,
                                                        tmp_path: Path) -> None:
     client = CliSlurmClient(slurm_conf=_unreachable_conf(slurm, tmp_path))
+    slurm.assert_version(client.slurm_version)  # the commands answer without a controller
     started = time.monotonic()
     with pytest.raises(SlurmUnavailable, match="slurmctld unreachable"):
         client.snapshot()

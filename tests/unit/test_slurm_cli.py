@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -66,6 +67,9 @@ def recorded(release: str) -> dict[tuple[str, ...], CommandResult | Exception]:
         answers[("scontrol", "show", "partitions", "--json")] = _file(
             f"{base}/scontrol_show_partitions.json"
         )
+        answers[("scontrol", "show", "partition", "-o")] = _file(
+            f"{base}/scontrol_show_partition_o.txt"
+        )
     return answers
 
 
@@ -87,6 +91,50 @@ def test_snapshot_reads_the_right_commands_per_release(release: str) -> None:
     assert snap.jobs[2].held and snap.jobs[5].state is JobState.PENDING
     assert snap.nodes["gpu003"].gpus_alloc == 5 and "DRAIN" in snap.nodes["gpu008"].flags
     assert snap.partitions["gpu"].nodes[-1] == "gpu008"
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11", "26.05"])
+def test_slurm_version_is_detected_once_per_client(release: str) -> None:
+    runner = FakeRunner(recorded(release))
+    client = CliSlurmClient(runner=runner)
+    assert client.slurm_version.startswith(release + ".")
+    first, second = client.snapshot(), client.snapshot()
+    assert first.slurm_version == second.slurm_version == client.slurm_version
+    called = [argv for argv, _ in runner.calls]
+    assert called.count(("sinfo", "--version")) == 1
+
+
+def test_snapshot_version_falls_back_to_the_detected_one() -> None:
+    """A document without ``meta`` (a proxy that strips it) still gets the release."""
+    answers = recorded("24.11")
+    doc = json.loads((FIXTURES / "24.11/squeue.json").read_text())
+    del doc["meta"]
+    answers[("squeue", "--json")] = _ok(json.dumps(doc))
+    nodes = json.loads((FIXTURES / "24.11/scontrol_show_nodes.json").read_text())
+    del nodes["meta"]
+    answers[("scontrol", "show", "nodes", "--json")] = _ok(json.dumps(nodes))
+    snap = CliSlurmClient(runner=FakeRunner(answers)).snapshot()
+    assert snap.slurm_version == "24.11.5"
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11", "26.05"])
+def test_the_default_partition_is_known_on_every_release(release: str) -> None:
+    """24.11's partitions JSON has no flags: the default comes from the text form there."""
+    runner = FakeRunner(recorded(release))
+    snap = CliSlurmClient(runner=runner).snapshot()
+    assert snap.partitions["gpu"].default
+    text_read = ("scontrol", "show", "partition", "-o") in [argv for argv, _ in runner.calls]
+    assert text_read == (release != "26.05")
+
+
+def test_unreachable_on_stderr_says_so() -> None:
+    """24.11 and later print the controller's absence on stderr, 22.05 inside the JSON."""
+    answers = recorded("24.11")
+    answers[("squeue", "--json")] = CommandResult(
+        1, "", "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n"
+    )
+    with pytest.raises(SlurmUnavailable, match="slurmctld unreachable: slurm_load_jobs error"):
+        CliSlurmClient(runner=FakeRunner(answers)).snapshot()
 
 
 def test_topology_text_is_passed_through() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -10,6 +11,7 @@ import pytest
 
 from slurmopt.errors import ConfigError, SlurmResponseError, SlurmUnavailable, UsageError
 from slurmopt.slurm import connect
+from slurmopt.slurm.cli import CliSlurmClient, CommandResult, Env
 from slurmopt.slurm.rest import RestSlurmClient
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "slurm-json"
@@ -133,6 +135,31 @@ def test_newer_api_paths_parse_the_same() -> None:
     snap = client.snapshot()
     assert seen[0].url.path == "/slurm/v0.0.45/jobs"
     assert snap.slurm_version == "26.05.5" and snap.jobs[3].gpu_indices["gpu003"] == (0, 1, 2)
+
+
+def test_v0042_takes_the_default_partition_from_scontrol() -> None:
+    """24.11's /partitions has no flags; the default comes from ``scontrol show partition -o``."""
+    asked: list[tuple[str, ...]] = []
+
+    def runner(argv: Sequence[str], stdin: str | None, timeout: float, env: Env = None, /
+               ) -> CommandResult:
+        asked.append(tuple(argv))
+        name = {"-o": "scontrol_show_partition_o.txt", "--version": "sinfo_version.txt"}[argv[-1]]
+        return CommandResult(0, (FIXTURES / "24.11" / name).read_text(), "")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        name = request.url.path.rsplit("/", 1)[-1]
+        files = {"jobs": "squeue.json", "nodes": "scontrol_show_nodes.json",
+                 "partitions": "scontrol_show_partitions.json"}
+        return httpx.Response(200, text=(FIXTURES / "24.11" / files[name]).read_text())
+
+    client = RestSlurmClient("unix:/x.sock", api_version="v0.0.42",
+                             cli=CliSlurmClient(runner=runner),
+                             transport=httpx.MockTransport(handler))
+    snap = client.snapshot()
+    assert snap.partitions["gpu"].default and snap.slurm_version == "24.11.5"
+    assert client.slurm_version == "24.11.5"
+    assert asked == [("scontrol", "show", "partition", "-o"), ("sinfo", "--version")]
 
 
 def test_connect_rest_needs_an_address(monkeypatch: pytest.MonkeyPatch) -> None:
