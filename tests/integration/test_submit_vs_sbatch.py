@@ -98,7 +98,16 @@ def _jobs(slurm: SlurmSandbox, ids: set[int]) -> dict[int, dict[str, Any]]:
     """What Slurm recorded for these jobs (squeue --json on 22.05 ignores -j: filter here)."""
     data = json.loads(slurm.run("squeue", "--json"))
     keys = ("partition", "node_count", "tres_per_node", "time_limit", "name", "comment")
-    return {j["job_id"]: {k: j.get(k) for k in keys} for j in data["jobs"] if j["job_id"] in ids}
+    return {
+        j["job_id"]: {k: _plain(j.get(k)) for k in keys} for j in data["jobs"] if j["job_id"] in ids
+    }
+
+
+def _plain(value: Any) -> Any:
+    """A number as 22.05 writes it: 23.02 and later wrap it as ``{set, infinite, number}``."""
+    if isinstance(value, dict) and "number" in value:
+        return value["number"] if value.get("set", True) and not value.get("infinite") else None
+    return value
 
 
 @pytest.fixture(scope="module")
