@@ -16,8 +16,11 @@
   walks up to ``bf_max_job_test`` jobs: each starts now if it fits without
   touching the nodes held for the jobs before it, else it holds SPECIFIC
   nodes, whole as in Slurm's backfill map, from the earliest time they free
-  up, if that is within ``bf_window``.  Nodes are chosen as ``topology/tree``
-  does (:class:`TreePlacement`).
+  up, if that is within ``bf_window``.  As in ``_attempt_backfill()`` the
+  hold begins at the start of the ``bf_resolution`` slot (of the wall clock)
+  that time falls in, and a job whose end reaches a hold's begin, even
+  exactly, may not use its nodes (``begin_time <= end_time``).  Nodes are
+  chosen as ``topology/tree`` does (:class:`TreePlacement`).
 
 The planner cannot express the two baselines (it has no strict-FIFO mode
 and chooses nodes by fewest leaves and FGD, not by node index), so they are
@@ -50,10 +53,11 @@ from slurmopt.sim.cluster import SimCluster
 
 POLICIES = ("slurmopt", "slurm-fifo", "slurm-backfill-tree")
 
-#: Slurm's defaults (slurm.conf SchedulerParameters): 500 jobs, 1 day, every 30 s.
+#: Slurm's defaults (slurm.conf SchedulerParameters): 500 jobs, 1 day, every 30 s, 60 s slots.
 BF_MAX_JOB_TEST = 500
 BF_WINDOW_S = 86400
 BF_INTERVAL_S = 30.0
+BF_RESOLUTION_S = 60.0
 
 StartList = list[tuple[int, tuple[str, ...]]]
 
@@ -427,6 +431,10 @@ class SlurmBackfillTree:
     bf_max_job_test: int = BF_MAX_JOB_TEST
     bf_window_s: float = BF_WINDOW_S
     bf_interval_s: float = BF_INTERVAL_S
+    bf_resolution_s: float = BF_RESOLUTION_S
+    #: Wall-clock time (s since the epoch) of the simulation's time 0: Slurm rounds the
+    #: backfill map to multiples of ``bf_resolution`` of the wall clock, not of the trace.
+    clock_origin_s: float = 0.0
     name: str = "slurm-backfill-tree"
     _tree: TreePlacement | None = None
 
@@ -480,7 +488,10 @@ class SlurmBackfillTree:
             end = now + limit
             key = (k, gpus, limit)
             if key not in failed:
-                usable = [n for n in cluster.node_names if timeline.fits_now(n, gpus, end)]
+                # A hold that begins at the job's very end still excludes its nodes: Slurm
+                # tests every map slot with begin_time <= end_time.
+                last = math.nextafter(end, INFINITY)
+                usable = [n for n in cluster.node_names if timeline.fits_now(n, gpus, last)]
                 chosen = tree.place(usable, k)
                 if chosen is not None:
                     for name in chosen:
@@ -500,10 +511,25 @@ class SlurmBackfillTree:
             held = tree.place([n for _, n in candidates], k)
             if held is None:
                 continue
-            # Slurm's backfill map holds whole nodes, whatever share of them the job needs.
+            # Slurm's backfill map holds whole nodes, whatever share of them the job needs,
+            # from the start of the bf_resolution slot the job's expected start falls in.
+            begin = self._slot(at)
+            until = max(self._slot(at + limit), begin + self.bf_resolution_s)
             for name in held:
-                timeline.reserve(name, cluster.gpus_per_node, at, at + limit)
+                timeline.reserve(name, cluster.gpus_per_node, max(begin, now), until)
         return starts
+
+    def _slot(self, t: float) -> float:
+        """``t`` rounded down to a multiple of ``bf_resolution`` of the wall clock.
+
+        ``_attempt_backfill()`` rounds a hold's start and end so
+        (``(start_time / backfill_resolution) * backfill_resolution``): the hold
+        begins up to ``bf_resolution`` before the job's expected start.
+        """
+        res = self.bf_resolution_s
+        if res <= 0 or not math.isfinite(t):
+            return t
+        return math.floor((t + self.clock_origin_s) / res) * res - self.clock_origin_s
 
 
 def make_scheduler(
@@ -512,6 +538,8 @@ def make_scheduler(
     bf_max_job_test: int = BF_MAX_JOB_TEST,
     bf_window_s: float = BF_WINDOW_S,
     bf_interval_s: float = BF_INTERVAL_S,
+    bf_resolution_s: float = BF_RESOLUTION_S,
+    clock_origin_s: float = 0.0,
 ) -> Scheduler:
     """The scheduler a ``--policy`` name stands for (``slurmopt:KEY=VALUE,...`` a variant)."""
     if name == "slurmopt" or name.startswith("slurmopt:"):
@@ -525,7 +553,9 @@ def make_scheduler(
     if name == "slurm-fifo":
         return SlurmFifo()
     if name == "slurm-backfill-tree":
-        return SlurmBackfillTree(fabric, bf_max_job_test, bf_window_s, bf_interval_s)
+        return SlurmBackfillTree(
+            fabric, bf_max_job_test, bf_window_s, bf_interval_s, bf_resolution_s, clock_origin_s
+        )
     raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
 
 

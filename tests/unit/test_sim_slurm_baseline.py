@@ -85,6 +85,38 @@ def test_backfill_holds_the_whole_node_for_a_waiting_job(tmp_path: Path) -> None
     }
 
 
+def _held_starts(
+    tmp_path: Path, limit: int, resolution: float, origin: float
+) -> dict[int, float | None]:
+    """Job 1 fills gpu1 until 100, job 2 (both nodes) is held from 100, job 3 (1 node) waits."""
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "submit_s,duration_s,gpus,nodes,gpus_per_node,time_limit_s\n"
+        f"0,100,8,1,8,100\n0,100,16,2,8,100\n0,{limit},8,1,8,{limit}\n"
+    )
+    result = simulate(
+        read_trace(trace, "csv"), parse_fabric_spec("fat-tree:2:2"), "slurm-backfill-tree", OFF,
+        bf_interval_s=0, bf_resolution_s=resolution, clock_origin_s=origin,
+    )  # fmt: skip
+    return {o.job.job_id: o.start for o in result.outcomes}
+
+
+def test_a_job_ending_as_a_hold_begins_does_not_backfill(tmp_path: Path) -> None:
+    # Slurm's backfill map excludes a held node from every job whose end is at or after the
+    # hold's begin (begin_time <= end_time): job 3 may end at 99 on gpu2, not at 100.
+    assert _held_starts(tmp_path, 99, 1, 0) == {1: 0.0, 2: 100.0, 3: 0.0}
+    assert _held_starts(tmp_path, 100, 1, 0) == {1: 0.0, 2: 100.0, 3: 200.0}
+
+
+def test_holds_begin_at_the_start_of_their_bf_resolution_slot(tmp_path: Path) -> None:
+    # With 60 s slots the hold for job 2 (expected at 100) begins at 60 when the wall clock
+    # reads a whole minute at time 0, at 90 when it reads 30 s past one (130 -> 120 - 30).
+    assert _held_starts(tmp_path, 59, 60, 0) == {1: 0.0, 2: 100.0, 3: 0.0}
+    assert _held_starts(tmp_path, 60, 60, 0) == {1: 0.0, 2: 100.0, 3: 200.0}
+    assert _held_starts(tmp_path, 89, 60, 30) == {1: 0.0, 2: 100.0, 3: 0.0}
+    assert _held_starts(tmp_path, 90, 60, 30) == {1: 0.0, 2: 100.0, 3: 200.0}
+
+
 def _placement(fabric: Fabric) -> TreePlacement:
     names = sorted(fabric.compute_nodes)
     return TreePlacement(fabric, {n: i for i, n in enumerate(names)})
