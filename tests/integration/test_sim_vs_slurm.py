@@ -163,6 +163,8 @@ class Run:
     run_s: dict[int, float]
     params: dict[str, float]
     origin_s: float
+    #: Slurm's job ids, in the same order (none in a simulated run).
+    ids: list[int]
 
 
 def _run_real(slurm: SlurmSandbox, workload: list[tuple[int, int, int, int]]) -> Run:
@@ -190,16 +192,60 @@ def _run_real(slurm: SlurmSandbox, workload: list[tuple[int, int, int, int]]) ->
         time.sleep(2)
     assert len(rows) == len(ids), f"only {len(rows)} of {len(ids)} jobs completed in time"
     assert all(r["state"] == "COMPLETED" for r in rows.values()), rows
-    starts = [_stamp(rows[j]["start"]) for j in ids]
-    origin = min(starts)
+    start = {j: _stamp(rows[j]["start"]) for j in ids}
+    end = {j: _stamp(rows[j]["end"]) for j in ids}
+    # The controller's log has the same starts and ends to the millisecond (sacct has whole
+    # seconds): a job ends ~0.1 s after its sleep, so after, not at, a pass due then.
+    logged = _log_times(slurm, ids)
+    if len(logged) == len(ids):
+        start = {j: logged[j][0] for j in ids}
+        end = {j: logged[j][1] for j in ids}
+    origin = min(start.values())
     return Run(
         workload=workload,
-        start={i: at - origin for i, at in enumerate(starts)},
+        start={i: start[j] - origin for i, j in enumerate(ids)},
         nodes={i: sorted(expand(rows[j]["nodes"])) for i, j in enumerate(ids)},
-        run_s={i: max(1.0, _stamp(rows[j]["end"]) - starts[i]) for i, j in enumerate(ids)},
+        run_s={i: max(1.0, end[j] - start[j]) for i, j in enumerate(ids)},
         params=params,
         origin_s=origin,
+        ids=ids,
     )
+
+
+_LOGGED = re.compile(
+    r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?\] "
+    r"(?:sched/backfill: _start_job: Started JobId=(\d+) |sched: Allocate JobId=(\d+) "
+    r"|_job_complete: JobId=(\d+) done)"
+)
+
+
+def _log_times(slurm: SlurmSandbox, ids: list[int]) -> dict[int, tuple[float, float]]:
+    """Start and end (s since the epoch, to the ms) of the jobs the controller's log shows."""
+    config = slurm.run("scontrol", "show", "config")
+    found = re.search(r"^SlurmctldLogFile\s*=\s*(\S+)", config, re.MULTILINE)
+    if found is None:
+        return {}
+    try:
+        text = Path(found.group(1)).read_text(errors="replace")
+    except OSError:
+        return {}
+    wanted = set(ids)
+    starts: dict[int, float] = {}
+    ends: dict[int, float] = {}
+    for line in text.splitlines():
+        match = _LOGGED.match(line)
+        if match is None:
+            continue
+        stamp, frac, backfilled, allocated, done = match.groups()
+        at = _stamp(stamp) + float(frac or 0)
+        if done is not None:
+            if int(done) in wanted:
+                ends[int(done)] = at
+        else:
+            job = int(backfilled or allocated)
+            if job in wanted:
+                starts[job] = at
+    return {j: (starts[j], ends[j]) for j in ids if j in starts and j in ends}
 
 
 def _simulate(real: Run, fabric: Fabric) -> Run:
@@ -237,6 +283,7 @@ def _simulate(real: Run, fabric: Fabric) -> Run:
         run_s=real.run_s,
         params=real.params,
         origin_s=real.origin_s,
+        ids=[],
     )
 
 
@@ -272,6 +319,7 @@ def replay(path: Path, fabric: Fabric) -> list[str]:
         run_s={int(k): v for k, v in data["run_s"].items()},
         params=data["params"],
         origin_s=data["origin_s"],
+        ids=data.get("ids", []),
     )
     return compare(real, _simulate(real, fabric), path.stem)
 
