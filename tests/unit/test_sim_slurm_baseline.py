@@ -117,6 +117,30 @@ def test_holds_begin_at_the_start_of_their_bf_resolution_slot(tmp_path: Path) ->
     assert _held_starts(tmp_path, 90, 60, 30) == {1: 0.0, 2: 100.0, 3: 200.0}
 
 
+def test_will_run_frees_running_jobs_in_30_s_batches(tmp_path: Path) -> None:
+    # Three nodes.  Job 1 holds gpu1 until 100, job 2 gpu2 until 140; job 3 (2 nodes) waits
+    # and job 4 (1 node, limit 200) could run on gpu3.  Slurm's _will_run_test() frees the
+    # running jobs in batches: the first ends at 100, rounded up to 30 s of the wall clock
+    # plus 30 s.  At a whole minute that is 150, so jobs 1 and 2 go together, job 3 is held
+    # from 140 on gpu1-2 and job 4 starts at once on gpu3.  At 15 s past a minute it is 135:
+    # job 1 alone frees enough, job 3 is held from 100 on gpu1 and gpu3, and job 4 waits.
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "submit_s,duration_s,gpus,nodes,gpus_per_node,time_limit_s\n"
+        "0,100,8,1,8,100\n0,140,8,1,8,140\n0,50,16,2,8,50\n0,200,8,1,8,200\n"
+    )
+
+    def starts(origin: float) -> dict[int, float | None]:
+        result = simulate(
+            read_trace(trace, "csv"), parse_fabric_spec("fat-tree:3:3"), "slurm-backfill-tree",
+            OFF, bf_interval_s=0, bf_resolution_s=1, clock_origin_s=origin,
+        )  # fmt: skip
+        return {o.job.job_id: o.start for o in result.outcomes}
+
+    assert starts(0) == {1: 0.0, 2: 0.0, 3: 140.0, 4: 0.0}
+    assert starts(15) == {1: 0.0, 2: 0.0, 3: 100.0, 4: 140.0}
+
+
 def _placement(fabric: Fabric) -> TreePlacement:
     names = sorted(fabric.compute_nodes)
     return TreePlacement(fabric, {n: i for i, n in enumerate(names)})
