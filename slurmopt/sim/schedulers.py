@@ -37,8 +37,9 @@ planner's "free for good" rule.
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -486,9 +487,14 @@ class SlurmBackfillTree:
                 releases.setdefault(name, []).append((job_end, job.gpus_per_node))
         for name in cluster.node_names:
             timeline.add_node(name, cluster.free[name], releases.get(name, ()))
+        running.sort(key=_end_of)
         free = dict(cluster.free)
         #: The backfill map: per node, the [begin, end) slots held for waiting jobs.
         holds: dict[str, list[tuple[float, float]]] = {}
+        #: Every hold's end, sorted: where TRY_LATER looks again.
+        hold_ends: list[float] = []
+        #: _will_run answers for this pass, until a start changes what runs.
+        seen: dict[tuple[int, int, tuple[str, ...]], tuple[float, list[str]] | None] = {}
         starts: StartList = []
         failed: set[tuple[int, int, float]] = set()
         pending = priority_order(list(cluster.pending.values()))
@@ -507,11 +513,19 @@ class SlurmBackfillTree:
                     for name in chosen:
                         timeline.occupy(name, gpus, end)
                         free[name] -= gpus
-                    running.append((end, tuple(chosen), gpus))
+                    bisect.insort(running, (end, tuple(chosen), gpus), key=_end_of)
+                    seen.clear()
                     starts.append((job.job_id, tuple(chosen)))
                     continue
                 failed.add(key)  # resources only shrink within a pass
-            hold = self._hold(cluster, tree, running, free, holds, job, now, limit)
+
+            def will_run(usable: list[str], job: Job = job) -> tuple[float, list[str]] | None:
+                key = (job.node_count, job.gpus_per_node, tuple(usable))
+                if key not in seen:
+                    seen[key] = self._will_run(tree, running, free, usable, job, now)
+                return seen[key]
+
+            hold = self._hold(cluster, will_run, holds, hold_ends, now, limit)
             if hold is None:
                 continue
             begin, until, held = hold
@@ -519,16 +533,15 @@ class SlurmBackfillTree:
             for name in held:
                 timeline.reserve(name, cluster.gpus_per_node, max(begin, now), until)
                 holds.setdefault(name, []).append((begin, until))
+            bisect.insort(hold_ends, until)
         return starts
 
     def _hold(
         self,
         cluster: SimCluster,
-        tree: TreePlacement,
-        running: list[tuple[float, tuple[str, ...], int]],
-        free: dict[str, int],
+        will_run: Callable[[list[str]], tuple[float, list[str]] | None],
         holds: dict[str, list[tuple[float, float]]],
-        job: Job,
+        hold_ends: list[float],
         now: float,
         limit: float,
     ) -> tuple[float, float, list[str]] | None:
@@ -540,17 +553,17 @@ class SlurmBackfillTree:
         during its own slots (``_test_resv_overlap()``), the loop tries again from
         that time (``TRY_LATER``).  None: no hold (no room, or beyond ``bf_window``).
         """
-        ends = sorted({e for spans in holds.values() for _, e in spans})
         start_res = now
-        for _ in range(2 * len(ends) + 2):
+        for _ in range(2 * len(hold_ends) + 2):
             window_end = start_res + limit
             usable = [
                 n
                 for n in cluster.node_names
                 if not any(b <= window_end and e > start_res for b, e in holds.get(n, ()))
             ]
-            later = next((e for e in ends if e > start_res), None)
-            found = self._will_run(tree, running, free, usable, job, now)
+            after = bisect.bisect_right(hold_ends, start_res)
+            later = hold_ends[after] if after < len(hold_ends) else None
+            found = will_run(usable)
             if found is None:
                 if later is None:
                     return None
@@ -596,7 +609,7 @@ class SlurmBackfillTree:
         chosen = tree.place([n for n in usable if left[n] >= gpus], k)
         if chosen is not None:
             return now, chosen
-        jobs = sorted(running, key=lambda r: r[0])
+        jobs = running  # sorted by end
         window = 30.0
         first: float | None = None
         i = 0
@@ -644,6 +657,10 @@ class SlurmBackfillTree:
         if res <= 0 or not math.isfinite(t):
             return t
         return math.floor((t + self.clock_origin_s) / res) * res - self.clock_origin_s
+
+
+def _end_of(run: tuple[float, tuple[str, ...], int]) -> float:
+    return run[0]
 
 
 def make_scheduler(
