@@ -37,15 +37,24 @@ def simulate(
     progress: Callable[[int, int], None] | None = None,
     bf_resolution_s: float = BF_RESOLUTION_S,
     clock_origin_s: float = 0.0,
+    bf_phase_s: float | None = None,
 ) -> SimResult:
     """Replay ``trace`` on ``fabric`` (every node ``gpus_per_node`` GPUs) under ``policy``.
 
     ``progress(arrived, total)`` is called as jobs arrive (for a progress bar).
     ``clock_origin_s`` is the wall-clock time of the trace's time 0, which Slurm's
-    backfill map rounds against (``bf_resolution_s``).
+    backfill map rounds against (``bf_resolution_s``); ``bf_phase_s`` when Slurm's
+    backfill agent, already busy, passes first (None: it is idle at time 0).
     """
     scheduler = make_scheduler(
-        policy, fabric, bf_max_job_test, bf_window_s, bf_interval_s, bf_resolution_s, clock_origin_s
+        policy,
+        fabric,
+        bf_max_job_test,
+        bf_window_s,
+        bf_interval_s,
+        bf_resolution_s,
+        clock_origin_s,
+        bf_phase_s,
     )
     cluster = SimCluster(fabric, gpus_per_node)
     sim = Simulation(trace, cluster, scheduler, comm or CommModel(), progress=progress)

@@ -441,12 +441,19 @@ class SlurmBackfillTree:
     #: Wall-clock time (s since the epoch) of the simulation's time 0: Slurm rounds the
     #: backfill map to multiples of ``bf_resolution`` of the wall clock, not of the trace.
     clock_origin_s: float = 0.0
+    #: When the backfill agent passes first if it was already passing every ``bf_interval``
+    #: at time 0 (it keeps doing so while anything changes); None: it starts idle.
+    bf_phase_s: float | None = None
     name: str = "slurm-backfill-tree"
     _tree: TreePlacement | None = None
 
     @property
     def tick_s(self) -> float | None:
         return self.bf_interval_s if self.bf_interval_s > 0 else None
+
+    @property
+    def tick_phase_s(self) -> float | None:
+        return self.bf_phase_s
 
     def _placement(self, cluster: SimCluster) -> TreePlacement:
         if self._tree is None:
@@ -671,6 +678,7 @@ def make_scheduler(
     bf_interval_s: float = BF_INTERVAL_S,
     bf_resolution_s: float = BF_RESOLUTION_S,
     clock_origin_s: float = 0.0,
+    bf_phase_s: float | None = None,
 ) -> Scheduler:
     """The scheduler a ``--policy`` name stands for (``slurmopt:KEY=VALUE,...`` a variant)."""
     if name == "slurmopt" or name.startswith("slurmopt:"):
@@ -691,6 +699,7 @@ def make_scheduler(
             bf_interval_s,
             bf_resolution_s,
             clock_origin_s,
+            bf_phase_s,
         )
     raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
 

@@ -165,6 +165,8 @@ class Run:
     origin_s: float
     #: Slurm's job ids, in the same order (none in a simulated run).
     ids: list[int]
+    #: When (from the first start) the backfill agent passed first, if the log shows it.
+    bf_phase_s: float | None = None
 
 
 def _run_real(slurm: SlurmSandbox, workload: list[tuple[int, int, int, int]]) -> Run:
@@ -197,9 +199,15 @@ def _run_real(slurm: SlurmSandbox, workload: list[tuple[int, int, int, int]]) ->
     # The controller's log has the same starts and ends to the millisecond (sacct has whole
     # seconds): a job ends ~0.1 s after its sleep, so after, not at, a pass due then.
     logged = _log_times(slurm, ids)
+    phase = None
     if len(logged) == len(ids):
         start = {j: logged[j][0] for j in ids}
         end = {j: logged[j][1] for j in ids}
+        # The agent may be mid-rhythm at the release (it keeps passing every bf_interval
+        # while anything changes): its first start gives the phase of its passes.
+        backfilled = [logged[j][0] for j in ids if logged[j][2]]
+        if backfilled:
+            phase = (min(backfilled) - min(start.values())) % params["bf_interval"]
     origin = min(start.values())
     return Run(
         workload=workload,
@@ -209,6 +217,7 @@ def _run_real(slurm: SlurmSandbox, workload: list[tuple[int, int, int, int]]) ->
         params=params,
         origin_s=origin,
         ids=ids,
+        bf_phase_s=phase,
     )
 
 
@@ -219,8 +228,8 @@ _LOGGED = re.compile(
 )
 
 
-def _log_times(slurm: SlurmSandbox, ids: list[int]) -> dict[int, tuple[float, float]]:
-    """Start and end (s since the epoch, to the ms) of the jobs the controller's log shows."""
+def _log_times(slurm: SlurmSandbox, ids: list[int]) -> dict[int, tuple[float, float, bool]]:
+    """Start, end (s since the epoch, to the ms) and whether backfill started each job."""
     config = slurm.run("scontrol", "show", "config")
     found = re.search(r"^SlurmctldLogFile\s*=\s*(\S+)", config, re.MULTILINE)
     if found is None:
@@ -230,7 +239,7 @@ def _log_times(slurm: SlurmSandbox, ids: list[int]) -> dict[int, tuple[float, fl
     except OSError:
         return {}
     wanted = set(ids)
-    starts: dict[int, float] = {}
+    starts: dict[int, tuple[float, bool]] = {}
     ends: dict[int, float] = {}
     for line in text.splitlines():
         match = _LOGGED.match(line)
@@ -244,8 +253,8 @@ def _log_times(slurm: SlurmSandbox, ids: list[int]) -> dict[int, tuple[float, fl
         else:
             job = int(backfilled or allocated)
             if job in wanted:
-                starts[job] = at
-    return {j: (starts[j], ends[j]) for j in ids if j in starts and j in ends}
+                starts[job] = (at, backfilled is not None)
+    return {j: (starts[j][0], ends[j], starts[j][1]) for j in ids if j in starts and j in ends}
 
 
 def _simulate(real: Run, fabric: Fabric) -> Run:
@@ -274,6 +283,7 @@ def _simulate(real: Run, fabric: Fabric) -> Run:
         bf_interval_s=real.params["bf_interval"],
         bf_resolution_s=real.params["bf_resolution"],
         clock_origin_s=real.origin_s,
+        bf_phase_s=real.bf_phase_s,
     )
     sim = {o.job.job_id: o for o in result.outcomes}
     return Run(
@@ -320,6 +330,7 @@ def replay(path: Path, fabric: Fabric) -> list[str]:
         params=data["params"],
         origin_s=data["origin_s"],
         ids=data.get("ids", []),
+        bf_phase_s=data.get("bf_phase_s"),
     )
     return compare(real, _simulate(real, fabric), path.stem)
 

@@ -41,6 +41,18 @@ def test_idle_backfill_agent_passes_at_once(tmp_path: Path) -> None:
     assert _starts(tmp_path, rows, "fat-tree:4:4", 30) == {1: 0.0, 2: 100.0, 3: 0.0}
 
 
+def test_a_busy_backfill_agent_keeps_its_phase(tmp_path: Path) -> None:
+    # As above, but the agent was already passing every 30 s, next at 7: at 0 only the main
+    # scheduler runs (job 1 starts, job 2 blocks the partition) and job 3 waits for the pass.
+    trace = tmp_path / "t.csv"
+    trace.write_text(HEADER + "0,100,24,100\n0,100,16,100\n0,10,8,10\n")
+    result = simulate(
+        read_trace(trace, "csv"), parse_fabric_spec("fat-tree:4:4"), "slurm-backfill-tree", OFF,
+        bf_interval_s=30, bf_phase_s=7,
+    )  # fmt: skip
+    assert {o.job.job_id: o.start for o in result.outcomes} == {1: 0.0, 2: 100.0, 3: 7.0}
+
+
 def test_backfill_agent_after_a_quiet_spell_serves_the_first_change_at_once(
     tmp_path: Path,
 ) -> None:
