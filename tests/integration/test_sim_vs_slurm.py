@@ -2,21 +2,22 @@
 
 Thirty ``sleep`` jobs (whole-node gangs of 2-12 nodes and single-node jobs of
 1-8 GPUs, 15-120 s, limits of 3 or 6 min) are submitted held, in priority
-order, and released together once Slurm's schedulers are idle again, so both
-sides see the same queue at the same instant, from an idle controller.  Real
-Slurm's start times and nodes come from its job-completion log
-(``sacct -c``); the simulator replays the same jobs (each with the run time
-Slurm measured) on the sandbox's own topology and backfill settings.  A job
+order, and released together once Slurm's schedulers are quiet again, so both
+sides see the same queue at the same instant.  Real Slurm's start and end
+times come from the controller's log to the millisecond (``sacct -c``'s whole
+seconds if the log lacks them), its nodes from ``sacct -c``; the simulator
+replays the same jobs (each with the run time Slurm measured) on the sandbox's
+own topology and backfill settings, from the wall clock of the first start
+and with the backfill agent's passes in the phase the log shows.  A job
 agrees when it starts on the same nodes and in the same place of the start
 order: after the same jobs, where starts less than :data:`WAVE_S` apart count
 as simultaneous (one wave).  Comparing the jobs before it, not the number of
 its wave, keeps one extra wave early on from counting against every later job.
 
-Slurm's passes run on timers whose phase against the workload the simulator
-cannot know (the backfill agent every ``bf_interval`` from its last pass, the
-main scheduler every ``sched_interval`` and ``batch_sched_delay`` after job
-ends), so a start can come a few seconds later than the simulator's and, if
-another job ends meanwhile, on other nodes.  Jobs last minutes (the 5-40 s of
+Slurm's main passes run when a job's nodes report their epilogs complete
+(0.02-2 s after its end in the sandbox) and its backfill passes drift by a few
+milliseconds each, so a start can come a few seconds later than the
+simulator's and, if another job ends meanwhile, on other nodes.  Jobs last minutes (the 5-40 s of
 the first version of this test, stretched by :data:`STRETCH`) so that such
 shifts rarely change the outcome; one run can still differ from the next.
 Every difference is printed; ``docs/simulator.md`` lists those of the last run.
