@@ -17,6 +17,7 @@ from slurmopt.sim.metrics import SimResult
 from slurmopt.sim.schedulers import (
     BF_INTERVAL_S,
     BF_MAX_JOB_TEST,
+    BF_RESOLUTION_S,
     BF_WINDOW_S,
     POLICIES,
     make_scheduler,
@@ -34,12 +35,27 @@ def simulate(
     bf_window_s: float = BF_WINDOW_S,
     bf_interval_s: float = BF_INTERVAL_S,
     progress: Callable[[int, int], None] | None = None,
+    bf_resolution_s: float = BF_RESOLUTION_S,
+    clock_origin_s: float = 0.0,
+    bf_phase_s: float | None = None,
 ) -> SimResult:
     """Replay ``trace`` on ``fabric`` (every node ``gpus_per_node`` GPUs) under ``policy``.
 
     ``progress(arrived, total)`` is called as jobs arrive (for a progress bar).
+    ``clock_origin_s`` is the wall-clock time of the trace's time 0, which Slurm's
+    backfill map rounds against (``bf_resolution_s``); ``bf_phase_s`` when Slurm's
+    backfill agent, already busy, passes first (None: it is idle at time 0).
     """
-    scheduler = make_scheduler(policy, fabric, bf_max_job_test, bf_window_s, bf_interval_s)
+    scheduler = make_scheduler(
+        policy,
+        fabric,
+        bf_max_job_test,
+        bf_window_s,
+        bf_interval_s,
+        bf_resolution_s,
+        clock_origin_s,
+        bf_phase_s,
+    )
     cluster = SimCluster(fabric, gpus_per_node)
     sim = Simulation(trace, cluster, scheduler, comm or CommModel(), progress=progress)
     result = sim.run()

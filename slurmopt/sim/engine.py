@@ -13,6 +13,8 @@ change (it rewrites their expected start times), so while jobs wait the
 passes come every ``tick_s`` from the first one; after a quiet spell the
 first arrival or end is served at once.  Passes at which nothing happened
 since the previous one are not run (they start nothing) but keep the rhythm.
+A scheduler's ``tick_phase_s`` (None: the agent starts idle) says the agent
+was already passing every ``tick_s`` when the trace began, next at that time.
 
 A pass is skipped only where it provably starts nothing: no job ended since
 the last pass (so no GPU was freed), every new job ranks after every job
@@ -153,6 +155,10 @@ class Simulation:
         cost = getattr(self.scheduler, "preempt_cost", SIM_PREEMPTION)
         tick_s = self.scheduler.tick_s
         agent = _Agent(tick_s) if tick_s else None
+        phase = getattr(self.scheduler, "tick_phase_s", None)
+        if agent is not None and phase is not None:
+            # The agent was already passing every period (busy) when the trace began.
+            agent.last, agent.again = phase - agent.period, True
         arrival = 0
         passes = events = 0
         clock = _Clock()

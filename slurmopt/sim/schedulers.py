@@ -15,22 +15,31 @@
   pass, at once after a quiet spell; see :mod:`slurmopt.sim.engine`) and
   walks up to ``bf_max_job_test`` jobs: each starts now if it fits without
   touching the nodes held for the jobs before it, else it holds SPECIFIC
-  nodes, whole as in Slurm's backfill map, from the earliest time they free
-  up, if that is within ``bf_window``.  Nodes are chosen as ``topology/tree``
-  does (:class:`TreePlacement`).
+  nodes, whole as in Slurm's backfill map, from the time and on the nodes
+  select/cons_tres's ``_will_run_test()`` finds (running jobs freed at their
+  limits in 30 s-aligned, doubling batches, so often later and on other
+  nodes than the first moment enough are free), retrying from later times
+  as ``_attempt_backfill()``'s ``TRY_LATER`` does, if that is within
+  ``bf_window``.  As in ``_attempt_backfill()`` the
+  hold begins at the start of the ``bf_resolution`` slot (of the wall clock)
+  that time falls in, and a job whose end reaches a hold's begin, even
+  exactly, may not use its nodes (``begin_time <= end_time``).  Nodes are
+  chosen as ``topology/tree`` does (:class:`TreePlacement`).
 
 The planner cannot express the two baselines (it has no strict-FIFO mode
 and chooses nodes by fewest leaves and FGD, not by node index), so they are
 thin placement functions over the planner's own
 :class:`~slurmopt.policy.backfill.Timeline`, which keeps the same
-free-GPUs-over-time bookkeeping and the same "holds for good" reservation
-rule for both sides.
+free-GPUs-over-time bookkeeping for both sides; where the backfill
+baseline holds nodes follows Slurm's backfill map instead of the
+planner's "free for good" rule.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -57,10 +66,11 @@ POLICIES = ("slurmopt", "slurm-fifo", "slurm-backfill-tree")
 #: (:mod:`slurmopt.sim.daemon`) runs the daemon's whole loop, far slower than ``slurmopt``.
 OPT_IN_POLICIES = ("slurmopt-daemon",)
 
-#: Slurm's defaults (slurm.conf SchedulerParameters): 500 jobs, 1 day, every 30 s.
+#: Slurm's defaults (slurm.conf SchedulerParameters): 500 jobs, 1 day, every 30 s, 60 s slots.
 BF_MAX_JOB_TEST = 500
 BF_WINDOW_S = 86400
 BF_INTERVAL_S = 30.0
+BF_RESOLUTION_S = 60.0
 
 StartList = list[tuple[int, tuple[str, ...]]]
 
@@ -423,12 +433,23 @@ class SlurmBackfillTree:
     bf_max_job_test: int = BF_MAX_JOB_TEST
     bf_window_s: float = BF_WINDOW_S
     bf_interval_s: float = BF_INTERVAL_S
+    bf_resolution_s: float = BF_RESOLUTION_S
+    #: Wall-clock time (s since the epoch) of the simulation's time 0: Slurm rounds the
+    #: backfill map to multiples of ``bf_resolution`` of the wall clock, not of the trace.
+    clock_origin_s: float = 0.0
+    #: When the backfill agent passes first if it was already passing every ``bf_interval``
+    #: at time 0 (it keeps doing so while anything changes); None: it starts idle.
+    bf_phase_s: float | None = None
     name: str = "slurm-backfill-tree"
     _tree: TreePlacement | None = None
 
     @property
     def tick_s(self) -> float | None:
         return self.bf_interval_s if self.bf_interval_s > 0 else None
+
+    @property
+    def tick_phase_s(self) -> float | None:
+        return self.bf_phase_s
 
     def _placement(self, cluster: SimCluster) -> TreePlacement:
         if self._tree is None:
@@ -458,15 +479,25 @@ class SlurmBackfillTree:
     def _backfill(self, cluster: SimCluster, now: float) -> StartList:
         tree = self._placement(cluster)
         timeline = Timeline(now)
+        #: (expected end, nodes, GPUs per node) of every running job, as will_run sees them.
+        running: list[tuple[float, tuple[str, ...], int]] = []
         releases: dict[str, list[tuple[float, int]]] = {}
         for job in cluster.running.values():
             assert job.start_time is not None and job.time_limit_s is not None
+            job_end = job.start_time + job.time_limit_s
+            running.append((job_end, job.nodes, job.gpus_per_node))
             for name in job.nodes:
-                releases.setdefault(name, []).append(
-                    (job.start_time + job.time_limit_s, job.gpus_per_node)
-                )
+                releases.setdefault(name, []).append((job_end, job.gpus_per_node))
         for name in cluster.node_names:
             timeline.add_node(name, cluster.free[name], releases.get(name, ()))
+        running.sort(key=_end_of)
+        free = dict(cluster.free)
+        #: The backfill map: per node, the [begin, end) slots held for waiting jobs.
+        holds: dict[str, list[tuple[float, float]]] = {}
+        #: Every hold's end, sorted: where TRY_LATER looks again.
+        hold_ends: list[float] = []
+        #: _will_run answers for this pass, until a start changes what runs.
+        seen: dict[tuple[int, int, tuple[str, ...]], tuple[float, list[str]] | None] = {}
         starts: StartList = []
         failed: set[tuple[int, int, float]] = set()
         pending = priority_order(list(cluster.pending.values()))
@@ -476,30 +507,163 @@ class SlurmBackfillTree:
             end = now + limit
             key = (k, gpus, limit)
             if key not in failed:
-                usable = [n for n in cluster.node_names if timeline.fits_now(n, gpus, end)]
+                # A hold that begins at the job's very end still excludes its nodes: Slurm
+                # tests every map slot with begin_time <= end_time.
+                last = math.nextafter(end, INFINITY)
+                usable = [n for n in cluster.node_names if timeline.fits_now(n, gpus, last)]
                 chosen = tree.place(usable, k)
                 if chosen is not None:
                     for name in chosen:
                         timeline.occupy(name, gpus, end)
+                        free[name] -= gpus
+                    bisect.insort(running, (end, tuple(chosen), gpus), key=_end_of)
+                    seen.clear()
                     starts.append((job.job_id, tuple(chosen)))
                     continue
                 failed.add(key)  # resources only shrink within a pass
-            ready = sorted(
-                (timeline.available_from(n, gpus), cluster.index[n], n) for n in cluster.node_names
-            )
-            if len(ready) < k or ready[k - 1][0] >= INFINITY:
+
+            def will_run(usable: list[str], job: Job = job) -> tuple[float, list[str]] | None:
+                key = (job.node_count, job.gpus_per_node, tuple(usable))
+                if key not in seen:
+                    seen[key] = self._will_run(tree, running, free, usable, job, now)
+                return seen[key]
+
+            hold = self._hold(cluster, will_run, holds, hold_ends, now, limit)
+            if hold is None:
                 continue
-            at = ready[k - 1][0]
-            if at - now > self.bf_window_s:
-                continue
-            candidates = sorted((i, n) for t, i, n in ready if t <= at)
-            held = tree.place([n for _, n in candidates], k)
-            if held is None:
-                continue
+            begin, until, held = hold
             # Slurm's backfill map holds whole nodes, whatever share of them the job needs.
             for name in held:
-                timeline.reserve(name, cluster.gpus_per_node, at, at + limit)
+                timeline.reserve(name, cluster.gpus_per_node, max(begin, now), until)
+                holds.setdefault(name, []).append((begin, until))
+            bisect.insort(hold_ends, until)
         return starts
+
+    def _hold(
+        self,
+        cluster: SimCluster,
+        will_run: Callable[[list[str]], tuple[float, list[str]] | None],
+        holds: dict[str, list[tuple[float, float]]],
+        hold_ends: list[float],
+        now: float,
+        limit: float,
+    ) -> tuple[float, float, list[str]] | None:
+        """Where and when a job that cannot start now is held: ``_attempt_backfill()``'s loop.
+
+        From ``start_res`` (now at first) the nodes held for no earlier job during
+        ``[start_res, start_res + limit]`` go to :meth:`_will_run`.  If the start it
+        finds comes after the next hold ends (``later_start``), or its nodes are held
+        during its own slots (``_test_resv_overlap()``), the loop tries again from
+        that time (``TRY_LATER``).  None: no hold (no room, or beyond ``bf_window``).
+        """
+        start_res = now
+        for _ in range(2 * len(hold_ends) + 2):
+            window_end = start_res + limit
+            usable = [
+                n
+                for n in cluster.node_names
+                if not any(b <= window_end and e > start_res for b, e in holds.get(n, ()))
+            ]
+            after = bisect.bisect_right(hold_ends, start_res)
+            later = hold_ends[after] if after < len(hold_ends) else None
+            found = will_run(usable)
+            if found is None:
+                if later is None:
+                    return None
+                start_res = later
+                continue
+            at, nodes = found
+            start = max(at, start_res)
+            if later is not None and start > later:
+                start_res = later
+                continue
+            if start - now > self.bf_window_s:
+                return None
+            begin = self._slot(start)
+            until = max(self._slot(start + limit), begin + self.bf_resolution_s)
+            clash = any(e > begin and b < until for n in nodes for b, e in holds.get(n, ()))
+            if clash and start > start_res:
+                start_res = start
+                continue
+            return (begin, until, nodes) if not clash else None
+        return None
+
+    def _will_run(
+        self,
+        tree: TreePlacement,
+        running: list[tuple[float, tuple[str, ...], int]],
+        free: dict[str, int],
+        usable: list[str],
+        job: Job,
+        now: float,
+    ) -> tuple[float, list[str]] | None:
+        """When and where ``job`` could start on ``usable``: select/cons_tres ``_will_run_test()``.
+
+        Running jobs end at their limits, in end order, and not one by one: the
+        first batch takes every job ending up to the first end rounded up to 30 s
+        of the wall clock plus 30 s, each next batch a window twice as long.  The
+        job is placed after each batch; its start is the last removed job's end,
+        so a hold can begin later, and on other nodes, than the first moment
+        enough nodes are free.
+        """
+        gpus, k = job.gpus_per_node, job.node_count
+        usable_set = set(usable)
+        left = {n: free[n] for n in usable}
+        chosen = tree.place([n for n in usable if left[n] >= gpus], k)
+        if chosen is not None:
+            return now, chosen
+        jobs = running  # sorted by end
+        window = 30.0
+        first: float | None = None
+        i = 0
+        more = True
+        while more:
+            last: float | None = None
+            while True:
+                if i >= len(jobs):
+                    more = False
+                    break
+                job_end, nodes, used = jobs[i]
+                i += 1
+                if usable_set.isdisjoint(nodes):
+                    continue
+                if first is None:
+                    first = job_end + window - (job_end + self.clock_origin_s) % window
+                for name in nodes:
+                    if name in left:
+                        left[name] += used
+                last = job_end
+                if i >= len(jobs):
+                    more = False
+                    break
+                if jobs[i][0] > first + window:
+                    break
+            if last is None or first is None:
+                break
+            following = jobs[i][0] if i < len(jobs) else None
+            window *= 2
+            while following is not None and following > first + window:
+                window *= 2
+            chosen = tree.place([n for n in usable if left[n] >= gpus], k)
+            if chosen is not None:
+                return last, chosen
+        return None
+
+    def _slot(self, t: float) -> float:
+        """``t`` rounded down to a multiple of ``bf_resolution`` of the wall clock.
+
+        ``_attempt_backfill()`` rounds a hold's start and end so
+        (``(start_time / backfill_resolution) * backfill_resolution``): the hold
+        begins up to ``bf_resolution`` before the job's expected start.
+        """
+        res = self.bf_resolution_s
+        if res <= 0 or not math.isfinite(t):
+            return t
+        return math.floor((t + self.clock_origin_s) / res) * res - self.clock_origin_s
+
+
+def _end_of(run: tuple[float, tuple[str, ...], int]) -> float:
+    return run[0]
 
 
 def make_scheduler(
@@ -508,6 +672,9 @@ def make_scheduler(
     bf_max_job_test: int = BF_MAX_JOB_TEST,
     bf_window_s: float = BF_WINDOW_S,
     bf_interval_s: float = BF_INTERVAL_S,
+    bf_resolution_s: float = BF_RESOLUTION_S,
+    clock_origin_s: float = 0.0,
+    bf_phase_s: float | None = None,
 ) -> Scheduler:
     """The scheduler a ``--policy`` name stands for (``slurmopt:KEY=VALUE,...`` a variant)."""
     if name == "slurmopt" or name.startswith("slurmopt:"):
@@ -525,7 +692,15 @@ def make_scheduler(
     if name == "slurm-fifo":
         return SlurmFifo()
     if name == "slurm-backfill-tree":
-        return SlurmBackfillTree(fabric, bf_max_job_test, bf_window_s, bf_interval_s)
+        return SlurmBackfillTree(
+            fabric,
+            bf_max_job_test,
+            bf_window_s,
+            bf_interval_s,
+            bf_resolution_s,
+            clock_origin_s,
+            bf_phase_s,
+        )
     known = ", ".join((*POLICIES, *OPT_IN_POLICIES))
     raise ValueError(f"unknown policy {name!r} (known: {known})")
 

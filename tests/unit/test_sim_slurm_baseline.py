@@ -41,6 +41,18 @@ def test_idle_backfill_agent_passes_at_once(tmp_path: Path) -> None:
     assert _starts(tmp_path, rows, "fat-tree:4:4", 30) == {1: 0.0, 2: 100.0, 3: 0.0}
 
 
+def test_a_busy_backfill_agent_keeps_its_phase(tmp_path: Path) -> None:
+    # As above, but the agent was already passing every 30 s, next at 7: at 0 only the main
+    # scheduler runs (job 1 starts, job 2 blocks the partition) and job 3 waits for the pass.
+    trace = tmp_path / "t.csv"
+    trace.write_text(HEADER + "0,100,24,100\n0,100,16,100\n0,10,8,10\n")
+    result = simulate(
+        read_trace(trace, "csv"), parse_fabric_spec("fat-tree:4:4"), "slurm-backfill-tree", OFF,
+        bf_interval_s=30, bf_phase_s=7,
+    )  # fmt: skip
+    assert {o.job.job_id: o.start for o in result.outcomes} == {1: 0.0, 2: 100.0, 3: 7.0}
+
+
 def test_backfill_agent_after_a_quiet_spell_serves_the_first_change_at_once(
     tmp_path: Path,
 ) -> None:
@@ -83,6 +95,62 @@ def test_backfill_holds_the_whole_node_for_a_waiting_job(tmp_path: Path) -> None
         3: (100.0, ("gpu0001", "gpu0002")),
         4: (100.0, ("gpu0001",)),
     }
+
+
+def _held_starts(
+    tmp_path: Path, limit: int, resolution: float, origin: float
+) -> dict[int, float | None]:
+    """Job 1 fills gpu1 until 100, job 2 (both nodes) is held from 100, job 3 (1 node) waits."""
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "submit_s,duration_s,gpus,nodes,gpus_per_node,time_limit_s\n"
+        f"0,100,8,1,8,100\n0,100,16,2,8,100\n0,{limit},8,1,8,{limit}\n"
+    )
+    result = simulate(
+        read_trace(trace, "csv"), parse_fabric_spec("fat-tree:2:2"), "slurm-backfill-tree", OFF,
+        bf_interval_s=0, bf_resolution_s=resolution, clock_origin_s=origin,
+    )  # fmt: skip
+    return {o.job.job_id: o.start for o in result.outcomes}
+
+
+def test_a_job_ending_as_a_hold_begins_does_not_backfill(tmp_path: Path) -> None:
+    # Slurm's backfill map excludes a held node from every job whose end is at or after the
+    # hold's begin (begin_time <= end_time): job 3 may end at 99 on gpu2, not at 100.
+    assert _held_starts(tmp_path, 99, 1, 0) == {1: 0.0, 2: 100.0, 3: 0.0}
+    assert _held_starts(tmp_path, 100, 1, 0) == {1: 0.0, 2: 100.0, 3: 200.0}
+
+
+def test_holds_begin_at_the_start_of_their_bf_resolution_slot(tmp_path: Path) -> None:
+    # With 60 s slots the hold for job 2 (expected at 100) begins at 60 when the wall clock
+    # reads a whole minute at time 0, at 90 when it reads 30 s past one (130 -> 120 - 30).
+    assert _held_starts(tmp_path, 59, 60, 0) == {1: 0.0, 2: 100.0, 3: 0.0}
+    assert _held_starts(tmp_path, 60, 60, 0) == {1: 0.0, 2: 100.0, 3: 200.0}
+    assert _held_starts(tmp_path, 89, 60, 30) == {1: 0.0, 2: 100.0, 3: 0.0}
+    assert _held_starts(tmp_path, 90, 60, 30) == {1: 0.0, 2: 100.0, 3: 200.0}
+
+
+def test_will_run_frees_running_jobs_in_30_s_batches(tmp_path: Path) -> None:
+    # Three nodes.  Job 1 holds gpu1 until 100, job 2 gpu2 until 140; job 3 (2 nodes) waits
+    # and job 4 (1 node, limit 200) could run on gpu3.  Slurm's _will_run_test() frees the
+    # running jobs in batches: the first ends at 100, rounded up to 30 s of the wall clock
+    # plus 30 s.  At a whole minute that is 150, so jobs 1 and 2 go together, job 3 is held
+    # from 140 on gpu1-2 and job 4 starts at once on gpu3.  At 15 s past a minute it is 135:
+    # job 1 alone frees enough, job 3 is held from 100 on gpu1 and gpu3, and job 4 waits.
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "submit_s,duration_s,gpus,nodes,gpus_per_node,time_limit_s\n"
+        "0,100,8,1,8,100\n0,140,8,1,8,140\n0,50,16,2,8,50\n0,200,8,1,8,200\n"
+    )
+
+    def starts(origin: float) -> dict[int, float | None]:
+        result = simulate(
+            read_trace(trace, "csv"), parse_fabric_spec("fat-tree:3:3"), "slurm-backfill-tree",
+            OFF, bf_interval_s=0, bf_resolution_s=1, clock_origin_s=origin,
+        )  # fmt: skip
+        return {o.job.job_id: o.start for o in result.outcomes}
+
+    assert starts(0) == {1: 0.0, 2: 0.0, 3: 140.0, 4: 0.0}
+    assert starts(15) == {1: 0.0, 2: 0.0, 3: 100.0, 4: 140.0}
 
 
 def _placement(fabric: Fabric) -> TreePlacement:
