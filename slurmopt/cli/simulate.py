@@ -25,13 +25,8 @@ from slurmopt.sim.fill import (
     read_node_list,
     read_pods,
 )
-from slurmopt.sim.schedulers import (
-    BF_INTERVAL_S,
-    BF_MAX_JOB_TEST,
-    BF_WINDOW_S,
-    OPT_IN_POLICIES,
-    parse_variant,
-)
+from slurmopt.sim.schedulers import OPT_IN_POLICIES, parse_variant
+from slurmopt.sim.slurm_baseline import BF_INTERVAL_S, BF_MAX_JOB_TEST, BF_WINDOW_S
 from slurmopt.sim.traces import FORMATS
 
 DEFAULT_FABRIC = "fat-tree:128:16"

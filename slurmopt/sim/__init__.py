@@ -14,13 +14,12 @@ from slurmopt.sim.cluster import SimCluster, SimulationError
 from slurmopt.sim.comm import CommModel, tier_metrics
 from slurmopt.sim.engine import Simulation
 from slurmopt.sim.metrics import SimResult
-from slurmopt.sim.schedulers import (
+from slurmopt.sim.schedulers import POLICIES, make_scheduler
+from slurmopt.sim.slurm_baseline import (
     BF_INTERVAL_S,
     BF_MAX_JOB_TEST,
     BF_RESOLUTION_S,
     BF_WINDOW_S,
-    POLICIES,
-    make_scheduler,
 )
 from slurmopt.sim.traces import Trace, TraceError, TraceJob, read_trace, scale_load
 

@@ -49,7 +49,7 @@ from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
 from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution
 from slurmopt.policy.plan import PlanRequest, Policy, plan
-from slurmopt.sim.schedulers import TreePlacement
+from slurmopt.sim.slurm_baseline import TreePlacement
 from slurmopt.sim.trace_formats import csv_rows, csv_whole, read_text
 from slurmopt.sim.traces import DEFAULT_GPUS_PER_NODE, TraceError, read_trace
 

@@ -12,7 +12,7 @@ from slurmopt.fabric import Fabric
 from slurmopt.fabric.generators import fat_tree
 from slurmopt.sim import CommModel, read_trace, simulate
 from slurmopt.sim.fabrics import parse_fabric_spec
-from slurmopt.sim.schedulers import TreePlacement
+from slurmopt.sim.slurm_baseline import TreePlacement
 
 OFF = CommModel(enabled=False)
 HEADER = "submit_s,duration_s,gpus,time_limit_s\n"

@@ -17,7 +17,7 @@ from slurmopt.policy.placement import choose_leaves, placement_cost
 from slurmopt.policy.plan import PlanRequest, Policy, plan
 from slurmopt.sim.comm import CommModel, Stretcher
 from slurmopt.sim.fabrics import parse_fabric_spec
-from slurmopt.sim.schedulers import TreePlacement
+from slurmopt.sim.slurm_baseline import TreePlacement
 from tests.unit.test_plan_helpers import gpu_node, pending, running, snapshot
 
 SPREAD = Policy(require_single_leaf=False)

@@ -1,0 +1,485 @@
+"""Slurm's own schedulers, as the simulator's baselines.
+
+* ``slurm-fifo``: Slurm's ``sched/builtin``: strict priority order, each
+  job on the first nodes by index with enough free GPUs, and the first job
+  that does not fit stops the pass (no backfill).
+* ``slurm-backfill-tree``: Slurm 22.05's ``sched/backfill`` with
+  ``topology/tree``.  At every arrival and end the main scheduler starts
+  jobs in priority order until one does not fit (Slurm then marks the
+  partition failed and tries no lower job in it).  The backfill pass comes
+  when Slurm's backfill agent would run it (``bf_interval`` after its last
+  pass, at once after a quiet spell; see :mod:`slurmopt.sim.engine`) and
+  walks up to ``bf_max_job_test`` jobs: each starts now if it fits without
+  touching the nodes held for the jobs before it, else it holds SPECIFIC
+  nodes, whole as in Slurm's backfill map, from the time and on the nodes
+  select/cons_tres's ``_will_run_test()`` finds (running jobs freed at their
+  limits in 30 s-aligned, doubling batches, so often later and on other
+  nodes than the first moment enough are free), retrying from later times
+  as ``_attempt_backfill()``'s ``TRY_LATER`` does, if that is within
+  ``bf_window``.  As in ``_attempt_backfill()`` the
+  hold begins at the start of the ``bf_resolution`` slot (of the wall clock)
+  that time falls in, and a job whose end reaches a hold's begin, even
+  exactly, may not use its nodes (``begin_time <= end_time``).  Nodes are
+  chosen as ``topology/tree`` does (:class:`TreePlacement`).
+
+The planner cannot express the two baselines (it has no strict-FIFO mode
+and chooses nodes by fewest leaves and FGD, not by node index), so they are
+thin placement functions over the planner's own
+:class:`~slurmopt.policy.backfill.Timeline`, which keeps the same
+free-GPUs-over-time bookkeeping for both sides; where the backfill
+baseline holds nodes follows Slurm's backfill map instead of the
+planner's "free for good" rule.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+
+from slurmopt.fabric import Fabric
+from slurmopt.model import Job
+from slurmopt.policy.backfill import INFINITY, Timeline
+from slurmopt.policy.plan import priority_order
+from slurmopt.sim.cluster import SimCluster
+
+#: Slurm's defaults (slurm.conf SchedulerParameters): 500 jobs, 1 day, every 30 s, 60 s slots.
+BF_MAX_JOB_TEST = 500
+BF_WINDOW_S = 86400
+BF_INTERVAL_S = 30.0
+BF_RESOLUTION_S = 60.0
+
+StartList = list[tuple[int, tuple[str, ...]]]
+
+
+class TreePlacement:
+    """``topology/tree`` node choice, as Slurm 22.05's ``_eval_nodes_topo`` makes it.
+
+    With equal node weights and no required nodes Slurm picks leaves one at a
+    time and takes each one's usable nodes in index order.  A leaf beats the
+    best so far when both are as close (switch hops summed over the leaves
+    already picked) and it fits tighter: of two leaves that each hold the rest
+    of the job, the one with fewer usable nodes; of a leaf that holds it and
+    one that does not, the first; of two that do not, the one whose parent
+    switch holds it (climbing while the parents differ), else the larger.  A
+    closer leaf wins unless it fits worse.  Ties go to the switch listed first;
+    the fabric keeps no file order, so here that is the one whose first node
+    comes first.  A node under no leaf is a group of its own below the switch
+    it is wired to.
+    """
+
+    def __init__(self, fabric: Fabric, order: dict[str, int]) -> None:
+        self.order = order
+        graph = fabric.graph
+        self.group_of = {n: fabric.leaf_of(n) or n for n in order}
+        rank: dict[str, int] = {}
+        self._position: dict[str, str | None] = {}
+        for name, i in order.items():
+            group = self.group_of[name]
+            rank[group] = min(rank.get(group, i), i)
+            self._position[group] = group if group != name else fabric.attachment_of(name)
+        #: Groups (leaves) in Slurm's switch-table order.
+        self.groups = sorted(rank, key=lambda g: (rank[g], g))
+        self._level = {sw: int(graph.nodes[sw].get("level", 0)) for sw in fabric.switches}
+        # A switch's parent is its first uplink (Slurm keeps one); the top is its own parent.
+        self._parent: dict[str, str] = {}
+        for sw in fabric.switches:
+            ups = fabric.uplinks(sw)
+            self._parent[sw] = ups[0] if ups else sw
+        for group, pos in self._position.items():
+            if group not in fabric.switches:
+                self._parent[group] = pos if pos is not None else group
+        # The groups under each switch, through any path of uplinks.
+        self._below: dict[str, set[str]] = {}
+        for group, pos in self._position.items():
+            stack = [pos] if pos is not None else []
+            seen: set[str] = set()
+            while stack:
+                sw = stack.pop()
+                if sw in seen:
+                    continue
+                seen.add(sw)
+                self._below.setdefault(sw, set()).add(group)
+                stack.extend(fabric.uplinks(sw))
+        self._rank = rank
+        switch_rank = {sw: min(rank[g] for g in groups) for sw, groups in self._below.items()}
+        #: Switches in the order Slurm looks for the top one: highest level, then listed first.
+        self._tops = sorted(self._below, key=lambda sw: (-self._level[sw], switch_rank[sw], sw))
+        self._switch_graph = graph.subgraph(fabric.switches)
+        self._hops: dict[str, dict[str, int]] = {}
+        # What a top switch reaches: its part of the switch graph (a tree, or peers wired
+        # together as in a dragonfly); a node under no switch is a part of its own.
+        self._component: dict[str, int] = {}
+        for n, part in enumerate(nx.connected_components(self._switch_graph)):
+            self._component.update(dict.fromkeys(part, n))
+        for group, pos in self._position.items():
+            if group not in self._component:
+                self._component[group] = (
+                    self._component[pos] if pos is not None else -1 - len(self._component)
+                )
+
+    def _hops_from(self, group: str) -> dict[str, int]:
+        """Switch hops from ``group`` to every group it reaches (Slurm's ``switches_dist``)."""
+        found = self._hops.get(group)
+        if found is None:
+            pos = self._position[group]
+            found = {group: 0}
+            if pos is not None:
+                lengths = nx.single_source_shortest_path_length(self._switch_graph, pos)
+                for other in self.groups:
+                    other_pos = self._position[other]
+                    if other != group and other_pos is not None and other_pos in lengths:
+                        found[other] = lengths[other_pos]
+            self._hops[group] = found
+        return found
+
+    def _level_of(self, name: str) -> int:
+        return self._level.get(name, 0)
+
+    def _compare(self, i: str, j: str, rem: int, count: dict[str, int]) -> int:
+        """Slurm's ``_topo_compare_switches``: > 0 when ``i`` fits the ``rem`` nodes tighter."""
+        while True:
+            i_fit, j_fit = count.get(i, 0) >= rem, count.get(j, 0) >= rem
+            if i_fit and j_fit:
+                if count.get(i, 0) != count.get(j, 0):
+                    return 1 if count.get(i, 0) < count.get(j, 0) else -1
+                break
+            if i_fit != j_fit:
+                return 1 if i_fit else -1
+            pi, pj = self._parent.get(i, i), self._parent.get(j, j)
+            if (pi != i or pj != j) and pi != pj:
+                i, j = pi, pj
+                continue
+            break
+        if count.get(i, 0) != count.get(j, 0):
+            return 1 if count.get(i, 0) > count.get(j, 0) else -1
+        if self._level_of(i) != self._level_of(j):
+            return 1 if self._level_of(i) < self._level_of(j) else -1
+        return 0
+
+    def place(self, usable: Sequence[str], k: int) -> list[str] | None:
+        """``k`` of the ``usable`` nodes (given in node order), or None if they are too few."""
+        if len(usable) < k or k <= 0:
+            return None if k > 0 else []
+        by_group: dict[str, list[str]] = {}
+        for name in usable:
+            by_group.setdefault(self.group_of[name], []).append(name)
+        # The top switch: the highest level (first listed) above any usable node; nodes it
+        # cannot reach are dropped, as Slurm drops them.
+        top = next((sw for sw in self._tops if not self._below[sw].isdisjoint(by_group)), None)
+        if top is not None:
+            part = self._component[top]
+            if any(self._component.get(g) != part for g in by_group):
+                by_group = {g: v for g, v in by_group.items() if self._component.get(g) == part}
+                if sum(map(len, by_group.values())) < k:
+                    return None
+        count: dict[str, int] = {g: len(v) for g, v in by_group.items()}
+        # First leaf, all distances 0: if any leaf holds the job, the one with the fewest
+        # usable nodes (first listed on a tie), which is what the comparison below yields.
+        fits = [(c, self._rank[g], g) for g, c in count.items() if c >= k]
+        if fits:
+            return by_group[min(fits)[2]][:k]
+        for sw, groups in self._below.items():
+            if sw not in count:
+                count[sw] = sum(count.get(g, 0) for g in groups)
+        dist = dict.fromkeys(self.groups, 0.0)
+        chosen: list[str] = []
+        rem = k
+        while rem > 0:
+            best: str | None = None
+            for group in self.groups:
+                if not count.get(group) or dist[group] == INFINITY:
+                    continue
+                if best is None:
+                    best = group
+                    continue
+                tcs = self._compare(group, best, rem, count)
+                if (dist[group] < dist[best] and tcs >= 0) or (
+                    dist[group] == dist[best] and tcs > 0
+                ):
+                    best = group
+            if best is None:
+                return None
+            taken = by_group[best][:rem]
+            chosen.extend(taken)
+            rem -= len(taken)
+            count[best] = 0
+            if rem > 0:
+                hops = self._hops_from(best)
+                for group in self.groups:
+                    dist[group] += hops.get(group, INFINITY)
+        return chosen
+
+
+def _first_fit(cluster: SimCluster, free: dict[str, int], job: Job) -> list[str] | None:
+    chosen = []
+    for name in cluster.node_names:
+        if free[name] >= job.gpus_per_node:
+            chosen.append(name)
+            if len(chosen) == job.node_count:
+                return chosen
+    return None
+
+
+@dataclass
+class SlurmFifo:
+    """Slurm ``sched/builtin``: priority order, first fit by node index, stop at the first miss."""
+
+    name: str = "slurm-fifo"
+    tick_s: float | None = None
+
+    def schedule(self, cluster: SimCluster, now: float, tick: bool) -> StartList:
+        free = dict(cluster.free)
+        starts: StartList = []
+        for job in priority_order(list(cluster.pending.values())):
+            chosen = _first_fit(cluster, free, job)
+            if chosen is None:
+                break
+            for name in chosen:
+                free[name] -= job.gpus_per_node
+            starts.append((job.job_id, tuple(chosen)))
+        return starts
+
+
+@dataclass
+class SlurmBackfillTree:
+    """Slurm ``sched/backfill`` with ``topology/tree``; see the module docstring."""
+
+    fabric: Fabric
+    bf_max_job_test: int = BF_MAX_JOB_TEST
+    bf_window_s: float = BF_WINDOW_S
+    bf_interval_s: float = BF_INTERVAL_S
+    bf_resolution_s: float = BF_RESOLUTION_S
+    #: Wall-clock time (s since the epoch) of the simulation's time 0: Slurm rounds the
+    #: backfill map to multiples of ``bf_resolution`` of the wall clock, not of the trace.
+    clock_origin_s: float = 0.0
+    #: When the backfill agent passes first if it was already passing every ``bf_interval``
+    #: at time 0 (it keeps doing so while anything changes); None: it starts idle.
+    bf_phase_s: float | None = None
+    name: str = "slurm-backfill-tree"
+    _tree: TreePlacement | None = None
+
+    @property
+    def tick_s(self) -> float | None:
+        return self.bf_interval_s if self.bf_interval_s > 0 else None
+
+    @property
+    def tick_phase_s(self) -> float | None:
+        return self.bf_phase_s
+
+    def _placement(self, cluster: SimCluster) -> TreePlacement:
+        if self._tree is None:
+            self._tree = TreePlacement(self.fabric, cluster.index)
+        return self._tree
+
+    def schedule(self, cluster: SimCluster, now: float, tick: bool) -> StartList:
+        if tick or self.bf_interval_s <= 0:
+            return self._backfill(cluster, now)
+        return self._main(cluster)
+
+    def _main(self, cluster: SimCluster) -> StartList:
+        """The event-driven main scheduler: priority order until the first job that waits."""
+        tree = self._placement(cluster)
+        free = dict(cluster.free)
+        starts: StartList = []
+        for job in priority_order(list(cluster.pending.values())):
+            usable = [n for n in cluster.node_names if free[n] >= job.gpus_per_node]
+            chosen = tree.place(usable, job.node_count)
+            if chosen is None:
+                break
+            for name in chosen:
+                free[name] -= job.gpus_per_node
+            starts.append((job.job_id, tuple(chosen)))
+        return starts
+
+    def _backfill(self, cluster: SimCluster, now: float) -> StartList:
+        tree = self._placement(cluster)
+        timeline = Timeline(now)
+        #: (expected end, nodes, GPUs per node) of every running job, as will_run sees them.
+        running: list[tuple[float, tuple[str, ...], int]] = []
+        releases: dict[str, list[tuple[float, int]]] = {}
+        for job in cluster.running.values():
+            assert job.start_time is not None and job.time_limit_s is not None
+            job_end = job.start_time + job.time_limit_s
+            running.append((job_end, job.nodes, job.gpus_per_node))
+            for name in job.nodes:
+                releases.setdefault(name, []).append((job_end, job.gpus_per_node))
+        for name in cluster.node_names:
+            timeline.add_node(name, cluster.free[name], releases.get(name, ()))
+        running.sort(key=_end_of)
+        free = dict(cluster.free)
+        #: The backfill map: per node, the [begin, end) slots held for waiting jobs.
+        holds: dict[str, list[tuple[float, float]]] = {}
+        #: Every hold's end, sorted: where TRY_LATER looks again.
+        hold_ends: list[float] = []
+        #: _will_run answers for this pass, until a start changes what runs.
+        seen: dict[tuple[int, int, tuple[str, ...]], tuple[float, list[str]] | None] = {}
+        starts: StartList = []
+        failed: set[tuple[int, int, float]] = set()
+        pending = priority_order(list(cluster.pending.values()))
+        for job in pending[: self.bf_max_job_test]:
+            gpus, k = job.gpus_per_node, job.node_count
+            limit = float(job.time_limit_s) if job.time_limit_s is not None else INFINITY
+            end = now + limit
+            key = (k, gpus, limit)
+            if key not in failed:
+                # A hold that begins at the job's very end still excludes its nodes: Slurm
+                # tests every map slot with begin_time <= end_time.
+                last = math.nextafter(end, INFINITY)
+                usable = [n for n in cluster.node_names if timeline.fits_now(n, gpus, last)]
+                chosen = tree.place(usable, k)
+                if chosen is not None:
+                    for name in chosen:
+                        timeline.occupy(name, gpus, end)
+                        free[name] -= gpus
+                    bisect.insort(running, (end, tuple(chosen), gpus), key=_end_of)
+                    seen.clear()
+                    starts.append((job.job_id, tuple(chosen)))
+                    continue
+                failed.add(key)  # resources only shrink within a pass
+
+            def will_run(usable: list[str], job: Job = job) -> tuple[float, list[str]] | None:
+                key = (job.node_count, job.gpus_per_node, tuple(usable))
+                if key not in seen:
+                    seen[key] = self._will_run(tree, running, free, usable, job, now)
+                return seen[key]
+
+            hold = self._hold(cluster, will_run, holds, hold_ends, now, limit)
+            if hold is None:
+                continue
+            begin, until, held = hold
+            # Slurm's backfill map holds whole nodes, whatever share of them the job needs.
+            for name in held:
+                timeline.reserve(name, cluster.gpus_per_node, max(begin, now), until)
+                holds.setdefault(name, []).append((begin, until))
+            bisect.insort(hold_ends, until)
+        return starts
+
+    def _hold(
+        self,
+        cluster: SimCluster,
+        will_run: Callable[[list[str]], tuple[float, list[str]] | None],
+        holds: dict[str, list[tuple[float, float]]],
+        hold_ends: list[float],
+        now: float,
+        limit: float,
+    ) -> tuple[float, float, list[str]] | None:
+        """Where and when a job that cannot start now is held: ``_attempt_backfill()``'s loop.
+
+        From ``start_res`` (now at first) the nodes held for no earlier job during
+        ``[start_res, start_res + limit]`` go to :meth:`_will_run`.  If the start it
+        finds comes after the next hold ends (``later_start``), or its nodes are held
+        during its own slots (``_test_resv_overlap()``), the loop tries again from
+        that time (``TRY_LATER``).  None: no hold (no room, or beyond ``bf_window``).
+        """
+        start_res = now
+        for _ in range(2 * len(hold_ends) + 2):
+            window_end = start_res + limit
+            usable = [
+                n
+                for n in cluster.node_names
+                if not any(b <= window_end and e > start_res for b, e in holds.get(n, ()))
+            ]
+            after = bisect.bisect_right(hold_ends, start_res)
+            later = hold_ends[after] if after < len(hold_ends) else None
+            found = will_run(usable)
+            if found is None:
+                if later is None:
+                    return None
+                start_res = later
+                continue
+            at, nodes = found
+            start = max(at, start_res)
+            if later is not None and start > later:
+                start_res = later
+                continue
+            if start - now > self.bf_window_s:
+                return None
+            begin = self._slot(start)
+            until = max(self._slot(start + limit), begin + self.bf_resolution_s)
+            clash = any(e > begin and b < until for n in nodes for b, e in holds.get(n, ()))
+            if clash and start > start_res:
+                start_res = start
+                continue
+            return (begin, until, nodes) if not clash else None
+        return None
+
+    def _will_run(
+        self,
+        tree: TreePlacement,
+        running: list[tuple[float, tuple[str, ...], int]],
+        free: dict[str, int],
+        usable: list[str],
+        job: Job,
+        now: float,
+    ) -> tuple[float, list[str]] | None:
+        """When and where ``job`` could start on ``usable``: select/cons_tres ``_will_run_test()``.
+
+        Running jobs end at their limits, in end order, and not one by one: the
+        first batch takes every job ending up to the first end rounded up to 30 s
+        of the wall clock plus 30 s, each next batch a window twice as long.  The
+        job is placed after each batch; its start is the last removed job's end,
+        so a hold can begin later, and on other nodes, than the first moment
+        enough nodes are free.
+        """
+        gpus, k = job.gpus_per_node, job.node_count
+        usable_set = set(usable)
+        left = {n: free[n] for n in usable}
+        chosen = tree.place([n for n in usable if left[n] >= gpus], k)
+        if chosen is not None:
+            return now, chosen
+        jobs = running  # sorted by end
+        window = 30.0
+        first: float | None = None
+        i = 0
+        more = True
+        while more:
+            last: float | None = None
+            while True:
+                if i >= len(jobs):
+                    more = False
+                    break
+                job_end, nodes, used = jobs[i]
+                i += 1
+                if usable_set.isdisjoint(nodes):
+                    continue
+                if first is None:
+                    first = job_end + window - (job_end + self.clock_origin_s) % window
+                for name in nodes:
+                    if name in left:
+                        left[name] += used
+                last = job_end
+                if i >= len(jobs):
+                    more = False
+                    break
+                if jobs[i][0] > first + window:
+                    break
+            if last is None or first is None:
+                break
+            following = jobs[i][0] if i < len(jobs) else None
+            window *= 2
+            while following is not None and following > first + window:
+                window *= 2
+            chosen = tree.place([n for n in usable if left[n] >= gpus], k)
+            if chosen is not None:
+                return last, chosen
+        return None
+
+    def _slot(self, t: float) -> float:
+        """``t`` rounded down to a multiple of ``bf_resolution`` of the wall clock.
+
+        ``_attempt_backfill()`` rounds a hold's start and end so
+        (``(start_time / backfill_resolution) * backfill_resolution``): the hold
+        begins up to ``bf_resolution`` before the job's expected start.
+        """
+        res = self.bf_resolution_s
+        if res <= 0 or not math.isfinite(t):
+            return t
+        return math.floor((t + self.clock_origin_s) / res) * res - self.clock_origin_s
+
+
+def _end_of(run: tuple[float, tuple[str, ...], int]) -> float:
+    return run[0]
