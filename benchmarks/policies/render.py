@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from benchmarks.policies.causes import (
@@ -229,6 +230,18 @@ def _synthetic_table(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str]) 
     return _table(("load", "policy"), metrics, cells)
 
 
+#: Measurements on the real sandbox cluster (the baseline's validation, the live A/B): they take
+#: minutes of real Slurm time and run by hand, so their tables and commands are kept in this
+#: file and opened with, before the simulated ratios that rest on them.
+EVIDENCE = Path(__file__).resolve().parents[1] / "evidence.md"
+
+
+def _evidence() -> list[str]:
+    if not EVIDENCE.is_file():
+        return []
+    return [EVIDENCE.read_text(encoding="utf-8").rstrip("\n"), ""]
+
+
 def render(doc: Mapping[str, Any]) -> str:
     """The Markdown of ``docs/benchmarks.md`` from the run's results."""
     out = [
@@ -244,6 +257,7 @@ def render(doc: Mapping[str, Any]) -> str:
         "",
         f"Whole run: {doc['wall_s']:.0f} s wall. Simulator and metrics: `docs/simulator.md`.",
         "",
+        *_evidence(),
         *_summary(doc["comparison"]),
         "",
         "## Setup",
