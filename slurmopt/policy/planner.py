@@ -11,6 +11,7 @@ so each rule can be read without the others; ``plan`` composes them.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -37,7 +38,10 @@ class Pool:
 
     ``count_ge[leaf][g]``: nodes of the leaf with at least ``g`` free GPUs;
     ``histogram``: nodes per free-GPU count (free > 0);
-    ``buckets[f]``: heap of nodes with ``f`` free, best-fit order first.
+    ``buckets[f]``: heap of nodes with ``f`` free, best-fit order first;
+    ``ends[f]``: the nodes with ``f`` free that have a last end
+    (:meth:`PlannerCore._last_end`), sorted by it (built when end alignment
+    first reads it, then kept up to date).
     The layout's lists are shared with later passes and never changed.
     """
 
@@ -49,6 +53,7 @@ class Pool:
     avail_cache: dict[int, dict[str, tuple[int, list[tuple[float, str]]]]] = field(
         default_factory=dict
     )
+    ends: dict[int, list[tuple[float, str]]] | None = None
 
     @property
     def leaf_nodes(self) -> dict[str, list[str]]:
@@ -171,12 +176,14 @@ class PlannerCore(ABC):
     def _take_now(self, name: str, gpus: int, end: float) -> None:
         self._bump(name)
         old = self.timeline.free[name]
+        indexed = self._unindex_end(name)
         self.timeline.occupy(name, gpus, end)
         new = self.timeline.free[name]
         self.taken.add(name)
         for pool in self.pool_list:
             if name in pool.layout.members:
                 self._shift(pool, name, old, new)
+        self._index_end(name, indexed)
 
     def _shift(self, pool: Pool, name: str, old: int, new: int) -> None:
         """Move a node from ``old`` to ``new`` (fewer) free GPUs in the pool's indexes.
@@ -204,8 +211,48 @@ class PlannerCore(ABC):
             leaf = self._leaf(name)
             if leaf is not None:
                 self.reserved_in_leaf[leaf] = self.reserved_in_leaf.get(leaf, 0) + 1
+        indexed = self._unindex_end(name)
         self.timeline.reserve(name, gpus, start, end)
         self.reserved_by.setdefault(name, []).append(job_id)
+        self._index_end(name, indexed)
+
+    # -- the end-time index (single.py's end alignment reads it) -----------------------------
+    def _last_end(self, name: str) -> float | None:
+        """When the node's last job ends, as end alignment compares it; None when idle.
+
+        A node with a reservation counts its running jobs only; others count
+        this pass's starts too.
+        """
+        if name in self.timeline.reserved:
+            events = self.cache.running_releases(name)
+        else:
+            events = self.timeline.events.get(name, [])
+        return events[-1][0] if events else None
+
+    def _end_entry(self, name: str) -> tuple[int, tuple[float, str]] | None:
+        """The node's free GPUs and end-index entry; None when it has no place in the index."""
+        free = self.timeline.free[name]
+        last = self._last_end(name)
+        return (free, (last, name)) if free > 0 and last is not None else None
+
+    def _unindex_end(self, name: str) -> list[Pool]:
+        """Take the node out of every built end index; the pools it was in."""
+        indexed = [p for p in self.pool_list if p.ends is not None and name in p.layout.members]
+        entry = self._end_entry(name) if indexed else None
+        if entry is not None:
+            for pool in indexed:
+                assert pool.ends is not None
+                bucket = pool.ends[entry[0]]
+                del bucket[bisect.bisect_left(bucket, entry[1])]
+        return indexed
+
+    def _index_end(self, name: str, pools: list[Pool]) -> None:
+        """Put the node back, under its free GPUs and last end now, into ``pools``' end indexes."""
+        entry = self._end_entry(name) if pools else None
+        if entry is not None:
+            for pool in pools:
+                assert pool.ends is not None
+                bisect.insort(pool.ends.setdefault(entry[0], []), entry[1])
 
     # -- per-node tests ----------------------------------------------------------------------
     def _constraint(self, job: Job) -> Constraint | None:

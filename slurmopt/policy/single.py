@@ -8,12 +8,15 @@ apart because it reads the per-count buckets, which no gang rule uses.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Sequence
+from operator import itemgetter
 
+from slurmopt.policy.backfill import INFINITY
 from slurmopt.policy.decisions import Reason, Start
 from slurmopt.policy.placement import fgd_increase
-from slurmopt.policy.planner import Ask, Failure, PlannerCore
+from slurmopt.policy.planner import Ask, Failure, PlannerCore, Pool
 
 
 class SingleNodePlacement(PlannerCore):
@@ -111,30 +114,60 @@ class SingleNodePlacement(PlannerCore):
         that keeps a single long job strands the rest.  Only partly used
         nodes are compared (an idle node has no end to match), so with no
         running jobs nothing changes; on a tie the best-fit node ``first``
-        stays, else the first found of the equally near ones.
+        stays, else the first of the equally near ones in the bucket's heap.
+
+        The pool's end index (nodes of this free count sorted by last end)
+        is walked outward from ``ask.end``, nearest first, so only the nodes
+        nearer than ``first`` are tested, not the whole bucket.
         """
         end = ask.end
         gap = self._end_gap(first, end)
         if gap is None:
             return first
-        best = (gap, first)
-        free_now = self.timeline.free  # read once: this loop is the pass's hottest
-        for _, _, name in heap:  # the heap's own list, read without popping
-            if free_now[name] != free:
-                continue
-            other = self._end_gap(name, end)
-            if other is None or other >= best[0]:
-                continue
-            if self._fits_now(ask, self.snapshot.nodes[name], respect=True):
-                best = (other, name)
-        return best[1]
+        index = self._end_index(ask.pool).get(free)
+        if not index:
+            return first
+        nodes = self.snapshot.nodes
+        best = gap
+        found: list[str] = []
+        size = len(index)
+        hi = bisect.bisect_left(index, (end,))
+        lo = hi - 1
+        while lo >= 0 or hi < size:
+            up = abs(index[hi][0] - end) if hi < size else INFINITY
+            down = abs(index[lo][0] - end) if lo >= 0 else INFINITY
+            if hi < size and (lo < 0 or up <= down):
+                other, name = up, index[hi][1]
+                hi += 1
+            else:
+                other, name = down, index[lo][1]
+                lo -= 1
+            if other > best or (other == best and not found):
+                break  # nearest first: nothing further on is nearer
+            if self._fits_now(ask, nodes[name], respect=True):
+                best = other
+                found.append(name)
+        if len(found) <= 1:
+            return found[0] if found else first
+        # Equally near: the first of them in the heap's own list, as a scan of the bucket finds.
+        tied = set(found)
+        chosen: str = next(filter(tied.__contains__, map(itemgetter(2), heap)))
+        return chosen
+
+    def _end_index(self, pool: Pool) -> dict[int, list[tuple[float, str]]]:
+        """The pool's nodes by free GPUs, each list sorted by last end; built on first use."""
+        if pool.ends is None:
+            ends: dict[int, list[tuple[float, str]]] = {}
+            for name in pool.layout.members:
+                entry = self._end_entry(name)
+                if entry is not None:
+                    ends.setdefault(entry[0], []).append(entry[1])
+            for bucket in ends.values():
+                bucket.sort()
+            pool.ends = ends
+        return pool.ends
 
     def _end_gap(self, name: str, end: float) -> float | None:
         """Seconds between ``end`` and the last running job's end on the node; None when idle."""
-        if name in self.timeline.reserved:
-            events = self.cache.running_releases(name)
-        else:
-            events = self.timeline.events.get(name, [])
-        if not events:
-            return None
-        return abs(events[-1][0] - end)
+        last = self._last_end(name)
+        return None if last is None else abs(last - end)
