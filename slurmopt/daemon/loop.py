@@ -78,7 +78,7 @@ from slurmopt.metrics import DaemonMetrics
 from slurmopt.model import ClusterSnapshot, Job
 from slurmopt.policy.fragmentation import fragmentation_report
 from slurmopt.policy.knobs import configured
-from slurmopt.policy.plan import Plan, PlanRequest, Policy, plan
+from slurmopt.policy.plan import Plan, PlannerCache, PlanRequest, Policy, plan
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.store import Fence, LeaseLost, ManagedJob, Store
 from slurmopt.store.retention import PruneCounts, Retention
@@ -179,6 +179,8 @@ class Daemon:
         self.managed_partitions = tuple(config.managed_partitions)
         self.policy = self.policy_for(config)
         self.fabric: Fabric | None = None
+        #: What consecutive plans share (the same plans as without it; rebinds on a new fabric).
+        self.planner_cache = PlannerCache()
         self.mode = Mode.STARTING
         self.failures = 0
         self.retry_at = 0.0
@@ -459,7 +461,7 @@ class Daemon:
             preemption=self.preempter.ask(records) if acting else None,
         )
         started = time.perf_counter()
-        result.plan = plan(request)
+        result.plan = plan(request, cache=self.planner_cache)
         duration = time.perf_counter() - started
         result.plan_id = self.store.record_plan(result.plan, snapshot.taken_at, duration)
         report = fragmentation_report(snapshot, self.fabric)

@@ -301,9 +301,30 @@ class PlannerCore(ABC):
 
     # -- one job -----------------------------------------------------------------------------
     def run(self) -> Plan:
-        for job in self.jobs:
+        """Plan the jobs in order, up to the policy's budget; the rest are ``NOT_PLANNED``.
+
+        The cut keeps the head of the queue planned in full: a job past it
+        never starts on a pass that stopped before its turn, since it could
+        take what an unmade reservation of a job above it needs.
+        """
+        budget = self.policy.plan_budget
+        depth = min(budget, len(self.jobs)) if budget else len(self.jobs)
+        for job in self.jobs[:depth]:
             self._plan_job(job)
-        return Plan(tuple(self.actions), tuple(self.reservations), tuple(self.unplaced), self.now)
+        if depth < len(self.jobs):
+            detail = (
+                f"past this pass's budget of {budget} jobs (plan_budget); planned in a later pass"
+            )
+            for job in self.jobs[depth:]:
+                self._unplaced(job, Reason.NOT_PLANNED, detail)
+        return Plan(
+            tuple(self.actions),
+            tuple(self.reservations),
+            tuple(self.unplaced),
+            self.now,
+            depth=depth,
+            complete=depth == len(self.jobs),
+        )
 
     def _unplaced(self, job: Job, reason: Reason, detail: str, at: float | None = None) -> None:
         self.unplaced.append(Unplaced(job.job_id, reason, detail, at))
