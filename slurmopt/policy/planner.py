@@ -130,6 +130,9 @@ class PlannerCore(ABC):
         #: Bumped when a leaf's (or off-leaf node's) free GPUs or reservations change.
         self.versions: dict[str, int] = {}
         self.failures: dict[tuple[Any, ...], Failure] = {}
+        #: Requests (``_request_key``) that can neither start nor be reserved for the rest of
+        #: the pass, with the failure every job asking them is left with.
+        self.settled: dict[tuple[Any, ...], Failure] = {}
         self.constraints: dict[str, Constraint | None] = {}
         job_sizes = policy.job_sizes
         self.shapes: tuple[JobShape, ...] = job_sizes.shapes if job_sizes else cache.queue_shapes()
@@ -343,6 +346,11 @@ class PlannerCore(ABC):
         span = self._elastic_span(job)
         if span is not None and job.node_count != span[1]:
             job = replace(job, node_count=span[1])  # planned from MAX, even once set smaller
+        request = None if span is not None else self._request_key(job)
+        settled = self.settled.get(request) if request is not None else None
+        if settled is not None:
+            self._unplaced(job, settled.reason, settled.detail)
+            return
         constraint = self._constraint(job)
         if constraint is None:
             self._unplaced(
@@ -369,7 +377,26 @@ class PlannerCore(ABC):
         if len(self.reservations) < self.policy.backfill_depth:
             if self._try_reserve(asks, failure):
                 return
+        elif request is not None:
+            # No start (every pool's failure is cached) and no reservation (the depth is
+            # reached) for good: a later job asking the same is answered from here.
+            self.settled[request] = failure
         self._unplaced(job, failure.reason, failure.detail)
+
+    @staticmethod
+    def _request_key(job: Job) -> tuple[Any, ...]:
+        """Everything a job's placement reads of the job, bar its id and priority."""
+        return (
+            job.partition,
+            job.node_count,
+            job.gpus_per_node,
+            job.time_limit_s,
+            job.features,
+            job.gpu_type,
+            job.excluded_nodes,
+            job.required_nodes,
+            job.exclusive,
+        )
 
     def _end(self, job: Job, partition: Partition) -> float:
         limit = job.time_limit_s if job.time_limit_s is not None else partition.max_time_s
