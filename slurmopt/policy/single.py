@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 
 from slurmopt.policy.backfill import INFINITY
 from slurmopt.policy.decisions import Reason, Start
 from slurmopt.policy.placement import fgd_increase
 from slurmopt.policy.planner import Ask, Failure, PlannerCore, Pool
+
+#: ``fits(name, respect)``: whether the job may take the node now (see ``_fit_test``).
+Fits = Callable[[str, bool], bool]
 
 
 class SingleNodePlacement(PlannerCore):
@@ -28,13 +31,14 @@ class SingleNodePlacement(PlannerCore):
         rise = fgd_increase(pool.histogram, self.shapes, gpus)
         blocked = False
         order = sorted(rise, key=lambda f: (rise[f], f - gpus))
+        fits = self._fit_test(ask)
         for i, f in enumerate(order):
-            name, held_back = self._first_in_bucket(ask, f)
+            name, held_back = self._first_in_bucket(ask, f, fits)
             blocked = blocked or held_back
             if name is None:
                 continue
             if self.policy.align_ends:
-                name, f = self._aligned_across(ask, order[i + 1 :], name, f)
+                name, f = self._aligned_across(ask, order[i + 1 :], name, f, fits)
             node = self.snapshot.nodes[name]
             need = self._need(job, node)
             self._take_now(name, need, end)
@@ -56,8 +60,31 @@ class SingleNodePlacement(PlannerCore):
             f"needs {gpus} free GPUs on one node matching its constraints",
         )
 
+    def _fit_test(self, ask: Ask) -> Callable[[str, bool], bool]:
+        """``fits(name, respect)``: :meth:`_fits_now` for a node of a bucket the job fits by count.
+
+        Such a node has at least the job's GPUs free, so for a job with no
+        node constraints only the reservations are left to test.
+        """
+        if not self._is_simple(ask.job):
+            nodes = self.snapshot.nodes
+            fits_now = self._fits_now
+
+            def fits(name: str, respect: bool) -> bool:
+                return fits_now(ask, nodes[name], respect)
+
+            return fits
+        reserved = self.timeline.reserved
+        timeline_fits = self.timeline.fits_now
+        gpus, end = ask.job.gpus_per_node, ask.end
+
+        def fits_simple(name: str, respect: bool) -> bool:
+            return not respect or name not in reserved or timeline_fits(name, gpus, end)
+
+        return fits_simple
+
     def _aligned_across(
-        self, ask: Ask, buckets: Sequence[int], name: str, free: int
+        self, ask: Ask, buckets: Sequence[int], name: str, free: int, fits: Fits
     ) -> tuple[str, int]:
         """Of the partly used nodes the job may take, the one ending nearest ``ask.end``.
 
@@ -73,7 +100,8 @@ class SingleNodePlacement(PlannerCore):
             return name, free
         best = (gap, name, free)
         for other_free in buckets:
-            other, _ = self._first_in_bucket(ask, other_free)
+            # Only a node nearer than the best so far counts, so the bucket's scan stops there.
+            other, _ = self._first_in_bucket(ask, other_free, fits, best[0])
             if other is None:
                 continue
             other_gap = self._end_gap(other, ask.end)
@@ -81,32 +109,45 @@ class SingleNodePlacement(PlannerCore):
                 best = (other_gap, other, other_free)
         return best[1], best[2]
 
-    def _first_in_bucket(self, ask: Ask, free: int) -> tuple[str | None, bool]:
-        """The best-fit node with ``free`` free GPUs the job may take; and was one reserved."""
+    def _first_in_bucket(
+        self, ask: Ask, free: int, fits: Fits, bound: float = INFINITY
+    ) -> tuple[str | None, bool]:
+        """The best-fit node with ``free`` free GPUs the job may take; and was one reserved.
+
+        With end alignment, the node of the bucket ending nearest the job's
+        end instead, where one ends nearer than ``bound`` (else any node no
+        nearer than ``bound``: the caller has a better one).
+        """
         heap = ask.pool.buckets.get(free, [])
         skipped: list[tuple[int, int, str]] = []
         found: str | None = None
         blocked = False
+        free_now = self.timeline.free
         while heap:
             entry = heapq.heappop(heap)
             name = entry[2]
-            if self.timeline.free[name] != free:
+            if free_now[name] != free:
                 continue  # stale: the node has moved to another bucket
             skipped.append(entry)
-            node = self.snapshot.nodes[name]
-            if self._fits_now(ask, node, respect=True):
+            if fits(name, True):
                 found = name
                 break
-            if not blocked and self._fits_now(ask, node, respect=False):
+            if not blocked and fits(name, False):
                 blocked = True
         if found is not None and self.policy.align_ends and heap:
-            found = self._closest_end(ask, heap, found, free)
+            found = self._closest_end(ask, heap, found, free, fits, bound)
         for entry in skipped:
             heapq.heappush(heap, entry)
         return found, blocked
 
     def _closest_end(
-        self, ask: Ask, heap: list[tuple[int, int, str]], first: str, free: int
+        self,
+        ask: Ask,
+        heap: list[tuple[int, int, str]],
+        first: str,
+        free: int,
+        fits: Fits,
+        bound: float = INFINITY,
     ) -> str:
         """Of the partly used nodes with ``free`` free GPUs, the one ending nearest ``ask.end``.
 
@@ -115,6 +156,7 @@ class SingleNodePlacement(PlannerCore):
         nodes are compared (an idle node has no end to match), so with no
         running jobs nothing changes; on a tie the best-fit node ``first``
         stays, else the first of the equally near ones in the bucket's heap.
+        Only nodes nearer than ``bound`` are looked for (``first`` when none is).
 
         The pool's end index (nodes of this free count sorted by last end)
         is walked outward from ``ask.end``, nearest first, so only the nodes
@@ -127,8 +169,7 @@ class SingleNodePlacement(PlannerCore):
         index = self._end_index(ask.pool).get(free)
         if not index:
             return first
-        nodes = self.snapshot.nodes
-        best = gap
+        best = min(gap, bound)
         found: list[str] = []
         size = len(index)
         hi = bisect.bisect_left(index, (end,))
@@ -144,7 +185,7 @@ class SingleNodePlacement(PlannerCore):
                 lo -= 1
             if other > best or (other == best and not found):
                 break  # nearest first: nothing further on is nearer
-            if self._fits_now(ask, nodes[name], respect=True):
+            if fits(name, True):
                 best = other
                 found.append(name)
         if len(found) <= 1:
