@@ -117,6 +117,9 @@ class PlannerCore(ABC):
         self.jobs = jobs
         self.cache = cache
         self.timeline = cache.timeline(now)
+        # The timeline's own containers (changed in place, never replaced), read in hot loops.
+        self._reserved_nodes = self.timeline.reserved
+        self._events = self.timeline.events
         self.pools: dict[str, Pool | None] = {}
         self.pool_list: list[Pool] = []
         #: Nodes this pass has taken GPUs from.
@@ -226,10 +229,10 @@ class PlannerCore(ABC):
         A node with a reservation counts its running jobs only; others count
         this pass's starts too.
         """
-        if name in self.timeline.reserved:
+        if name in self._reserved_nodes:
             events = self.cache.running_releases(name)
         else:
-            events = self.timeline.events.get(name, [])
+            events = self._events.get(name, [])
         return events[-1][0] if events else None
 
     def _end_entry(self, name: str) -> tuple[int, tuple[float, str]] | None:
