@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from slurmopt.fabric import Fabric
-from slurmopt.model import ClusterSnapshot, Job, Node, Partition
+from slurmopt.model import ACTIVE_JOB_STATES, ClusterSnapshot, Job, JobState, Node, Partition
 from slurmopt.policy.backfill import INFINITY, Timeline
 from slurmopt.policy.fragmentation import JobShape, queue_shape
 from slurmopt.policy.ordering import priority_order
@@ -205,14 +205,20 @@ class PlannerCache:
 
     def _add_job(self, job_id: int, job: Job) -> None:
         self._jobs[job_id] = job
-        if job.is_pending:
+        state = job.state
+        active = False
+        if state is JobState.PENDING:
             self._pending[job_id] = job
+        elif state in ACTIVE_JOB_STATES:
+            active = True
+        else:
+            return  # neither waiting nor holding nodes: not in the queue's sizes, holds nothing
         shape = queue_shape(job)
         if shape is not None:
             self._shape_of[job_id] = shape
             self._shape_counts[shape] += 1
             self._shapes = None
-        if job.is_active:
+        if active:
             end = _running_end(job)
             for name in job.nodes:
                 indices = job.gpu_indices.get(name)
