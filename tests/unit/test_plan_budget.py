@@ -8,6 +8,7 @@ head of a cut pass is exactly the head of a whole one.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -24,9 +25,12 @@ from slurmopt.policy.plan import (
     plan,
     priority_order,
 )
+from slurmopt.sim import read_trace, simulate
+from slurmopt.sim.fabrics import parse_fabric_spec
 from slurmopt.sim.schedulers import parse_variant
 from tests.unit.test_plan_cache import FakeCluster
 from tests.unit.test_plan_helpers import NOW, gpu_node, leaf_fabric, pending, running, snapshot
+from tests.unit.test_sim_variants import OFF, SHORT_BUT_ASKS_LONG
 
 PRE = "slurmopt:managed,preemptible"
 
@@ -149,3 +153,18 @@ def test_the_daemon_metric_reports_the_depth() -> None:
     result = plan(_request(Policy(plan_budget=7)))
     metrics.observe_plan(result, 0.01)
     assert metrics.registry.get_sample_value("slurmopt_plan_depth") == 7
+
+
+def test_a_simulation_with_a_budget_of_one_job_starts_the_head_first(tmp_path: Path) -> None:
+    # Job 1 holds 3 of 4 nodes until 100; job 2 needs all 4 from then until 150; job 3 (one
+    # node, 10 s) backfills at once in a whole pass.  With one job a pass no pass reaches it
+    # while job 2 waits, so it starts only once job 2 is done with the nodes.
+    path = tmp_path / "trace.csv"
+    path.write_text(SHORT_BUT_ASKS_LONG)
+    trace = read_trace(path, "csv")
+    fabric = parse_fabric_spec("fat-tree:4:4")
+    whole = simulate(trace, fabric, "slurmopt:runtime=oracle", OFF, bf_interval_s=0)
+    cut = simulate(trace, fabric, "slurmopt:runtime=oracle,plan_budget=1", OFF, bf_interval_s=0)
+    starts = {o.job.job_id: o.start for o in whole.outcomes}
+    assert starts == {1: 0.0, 2: 100.0, 3: 2.0}
+    assert {o.job.job_id: o.start for o in cut.outcomes} == {1: 0.0, 2: 100.0, 3: 150.0}
