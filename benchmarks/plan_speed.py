@@ -9,15 +9,22 @@ of several passes; peak RSS is the child's own ``ru_maxrss``.
     python -m benchmarks.plan_speed           # tables, then one JSON object
     python -m benchmarks.plan_speed --json    # the JSON object only
     python -m benchmarks.plan_speed --fabric clos:16:16:16:2   # one row on that fabric
+    python -m benchmarks.plan_speed --nodes 4096,16384 --pending 10000,50000   # a grid
 
 ``--fabric`` (a ``slurmopt simulate --fabric`` spec or a topology file)
 measures the headline's pass (10,000 pending, running jobs scaled by node
-count) on that fabric instead of the series.
+count, or each of ``--pending``) on that fabric instead of the series.
+``--nodes`` / ``--pending`` (comma-separated lists) measure every pair on
+the fat tree instead, each row with its ratio to the smallest node count
+of the same queue.
 
 Reported: the 4,096-node / 10,000-pending headline (``median_pass_s``,
 ``peak_rss_mb``), pass time as nodes grow (pending fixed at 10,000) and as
 pending grows (nodes fixed at 4,096), each with its ratio to the smallest
-size of the same run.  ``cached_median_pass_s``: the same pass again with a
+size of the same run; and the scale rows (``scale``): 4,096 and 16,384
+nodes with 50,000 pending, on the fat tree and on the three-tier ``clos``
+fabric of the same leaves and pods, with the 16,384/4,096 ratio of each
+(``scale_ratio``).  ``cached_median_pass_s``: the same pass again with a
 warm :class:`~slurmopt.policy.plan.PlannerCache` and an unchanged snapshot
 (what a planning loop pays when little changed between passes).
 """
@@ -42,6 +49,15 @@ RUNNING_AT_4096 = 3000
 HEADLINE = (4096, 10_000)
 NODE_SIZES = (512, 1024, 2048, 4096, 8192)
 PENDING_SIZES = (1000, 2500, 5000, 10_000, 20_000)
+#: The scale rows: (fabric family, spec or None for the fat tree, nodes, pending); the ratio is
+#: to the smallest node count of the family.  clos PODS:LEAVES:NODES has the fat tree's 16-node
+#: leaves and 16-leaf pods under a 2:1 core.
+SCALE = (
+    ("fat-tree", None, 4096, 50_000),
+    ("fat-tree", None, 16_384, 50_000),
+    ("clos", "clos:16:16:16:2", 4096, 50_000),
+    ("clos", "clos:64:16:16:2", 16_384, 50_000),
+)
 
 
 def run_child(
@@ -111,6 +127,54 @@ def _series(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**r, "ratio_to_smallest": round(r["median_pass_s"] / base, 2)} for r in rows]
 
 
+def _by_nodes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row with its pass time over the smallest node count's of the same queue and fabric."""
+
+    def key(row: dict[str, Any]) -> tuple[str | None, int]:
+        return row.get("family"), row["pending"]
+
+    smallest: dict[tuple[str | None, int], dict[str, Any]] = {}
+    for r in rows:
+        if key(r) not in smallest or r["nodes"] < smallest[key(r)]["nodes"]:
+            smallest[key(r)] = r
+    return [
+        {
+            **r,
+            "ratio_to_smallest": round(
+                r["median_pass_s"] / (smallest[key(r)]["median_pass_s"] or 1e-9), 2
+            ),
+        }
+        for r in rows
+    ]
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected numbers separated by commas, got {text!r}"
+        ) from None
+    if not sizes or min(sizes) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return sizes
+
+
+def _print_rows(title: str, rows: list[dict[str, Any]]) -> None:
+    print(title)
+    print(
+        f"{'fabric':<16} {'nodes':>6} {'pending':>7} {'pass ms':>8} {'ratio':>6} "
+        f"{'cached':>7} {'RSS MB':>7} {'starts':>6} {'resv':>5}"
+    )
+    for r in rows:
+        fabric = (r.get("spec") or "fat-tree")[:16]
+        print(
+            f"{fabric:<16} {r['nodes']:>6} {r['pending']:>7} {r['median_pass_s'] * 1000:>8.1f} "
+            f"{r['ratio_to_smallest']:>6.2f} {r['cached_median_pass_s'] * 1000:>7.1f} "
+            f"{r['peak_rss_mb']:>7.1f} {r['starts']:>6} {r['reservations']:>5}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
@@ -121,6 +185,12 @@ def main() -> None:
         metavar="SPEC|FILE",
         help="one headline-sized pass on this fabric (a simulator --fabric spec or a file)",
     )
+    parser.add_argument(
+        "--nodes", type=_sizes, metavar="N,N,...", help="fat-tree node counts to measure"
+    )
+    parser.add_argument(
+        "--pending", type=_sizes, metavar="N,N,...", help="pending queue lengths to measure"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -129,20 +199,46 @@ def main() -> None:
         print(json.dumps(run_child(nodes, pending, args.reps, args.seed, args.fabric)))
         return
     if args.fabric:
-        row = _child(*HEADLINE, args.reps, args.seed, args.fabric)
+        if args.nodes:
+            parser.error("--fabric sets the node count; give --pending only")
+        rows = [
+            {**_child(0, p, args.reps, args.seed, args.fabric), "spec": args.fabric}
+            for p in args.pending or [HEADLINE[1]]
+        ]
         if not args.json:
-            print(
-                f"{row['fabric']}: {row['nodes']} nodes, {row['pending']} pending, "
-                f"{row['median_pass_s'] * 1000:.1f} ms per pass "
-                f"({row['cached_median_pass_s'] * 1000:.1f} ms cached), "
-                f"{row['starts']} starts, {row['reservations']} reservations"
-            )
-        print(json.dumps({"benchmark": "plan_speed", "fabric": args.fabric, "headline": row}))
+            for row in rows:
+                print(
+                    f"{row['fabric']}: {row['nodes']} nodes, {row['pending']} pending, "
+                    f"{row['median_pass_s'] * 1000:.1f} ms per pass "
+                    f"({row['cached_median_pass_s'] * 1000:.1f} ms cached), "
+                    f"{row['peak_rss_mb']:.0f} MB, "
+                    f"{row['starts']} starts, {row['reservations']} reservations"
+                )
+        doc: dict[str, Any] = {"benchmark": "plan_speed", "fabric": args.fabric}
+        doc.update({"headline": rows[0]} if len(rows) == 1 else {"rows": rows})
+        print(json.dumps(doc))
+        return
+    if args.nodes or args.pending:
+        grid = [
+            _child(n, p, args.reps, args.seed)
+            for p in args.pending or [HEADLINE[1]]
+            for n in args.nodes or [HEADLINE[0]]
+        ]
+        rows = _by_nodes(grid)
+        if not args.json:
+            _print_rows("grid", rows)
+        print(json.dumps({"benchmark": "plan_speed", "rows": rows}))
         return
 
     headline = _child(*HEADLINE, args.reps, args.seed)
     by_nodes = _series([_child(n, HEADLINE[1], args.reps, args.seed) for n in NODE_SIZES])
     by_pending = _series([_child(HEADLINE[0], p, args.reps, args.seed) for p in PENDING_SIZES])
+    scale = _by_nodes(
+        [
+            {**_child(n, p, args.reps, args.seed, spec), "spec": spec, "family": family}
+            for family, spec, n, p in SCALE
+        ]
+    )
     summary = {
         "benchmark": "plan_speed",
         "median_pass_s": headline["median_pass_s"],
@@ -150,21 +246,13 @@ def main() -> None:
         "headline": headline,
         "nodes_grow": by_nodes,
         "pending_grow": by_pending,
+        "scale": scale,
+        "scale_ratio": {r["family"]: r["ratio_to_smallest"] for r in scale if r["nodes"] > 4096},
     }
     if not args.json:
-        for title, rows in (("nodes grow", by_nodes), ("pending grow", by_pending)):
-            print(title)
-            print(
-                f"{'nodes':>6} {'pending':>7} {'pass ms':>8} {'ratio':>6} {'cached':>7} "
-                f"{'RSS MB':>7} {'starts':>6} {'resv':>5}"
-            )
-            for r in rows:
-                print(
-                    f"{r['nodes']:>6} {r['pending']:>7} {r['median_pass_s'] * 1000:>8.1f} "
-                    f"{r['ratio_to_smallest']:>6.2f} {r['cached_median_pass_s'] * 1000:>7.1f} "
-                    f"{r['peak_rss_mb']:>7.1f} "
-                    f"{r['starts']:>6} {r['reservations']:>5}"
-                )
+        _print_rows("nodes grow", by_nodes)
+        _print_rows("pending grow", by_pending)
+        _print_rows("scale (ratio: to 4,096 nodes on the same fabric)", scale)
     print(json.dumps(summary, indent=None if args.json else 2))
 
 

@@ -226,6 +226,12 @@ class DaemonMetrics:
             ["decision"],
             registry=r,
         )
+        self.plan_depth = Gauge(
+            "slurmopt_plan_depth",
+            "Managed jobs the last pass planned, in priority order; fewer than it was given "
+            "when it stopped at its budget (plan_budget), the rest left for a later pass.",
+            registry=r,
+        )
         self.cycles = Counter(
             "slurmopt_cycles", "Daemon cycles, by the mode each ended in.", ["mode"], registry=r
         )
@@ -400,6 +406,10 @@ class DaemonMetrics:
         self.plan_jobs.labels("start").set(len(plan.actions))
         self.plan_jobs.labels("reserve").set(len(plan.reservations))
         self.plan_jobs.labels("not_started").set(len(plan.unplaced))
+        depth = plan.depth
+        if depth is None:  # a plan made by hand: every job it holds was looked at
+            depth = len(plan.actions) + len(plan.unplaced)
+        self.plan_depth.set(depth)
 
     def observe_cycle(self, result: CycleResult, now: float) -> None:
         """Count the cycle by mode; a cycle that planned is a success at ``now``."""

@@ -179,6 +179,8 @@ class Daemon:
         self.managed_partitions = tuple(config.managed_partitions)
         self.policy = self.policy_for(config)
         self.fabric: Fabric | None = None
+        #: What consecutive plans share (the same plans as without it; rebinds on a new fabric).
+        self.planner_cache = PlannerCache()
         self.mode = Mode.STARTING
         self.failures = 0
         self.retry_at = 0.0

@@ -10,14 +10,16 @@ copies, and never changes it.
 from __future__ import annotations
 
 import bisect
+import operator
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from slurmopt.fabric import Fabric
-from slurmopt.model import ClusterSnapshot, Job, Node, Partition
+from slurmopt.model import ACTIVE_JOB_STATES, ClusterSnapshot, Job, JobState, Node, Partition
 from slurmopt.policy.backfill import INFINITY, Timeline
 from slurmopt.policy.fragmentation import JobShape, queue_shape
+from slurmopt.policy.ordering import priority_order
 
 #: A running job's hold on one node: (ends at, GPUs it gives back, runs exclusive).
 _Hold = tuple[float, int, bool]
@@ -137,6 +139,8 @@ class PlannerCache:
         #: Free GPUs at the start of a pass, and release events (times not yet clipped to now).
         self._free: dict[str, int] = {}
         self._events: dict[str, list[tuple[float, int]]] = {}
+        #: The last pass's jobs (as given), priorities and their planning order.
+        self._order: tuple[list[Job], dict[int, int], list[Job]] | None = None
 
     # -- refresh -----------------------------------------------------------------------------
     def refresh(self, snapshot: ClusterSnapshot, fabric: Fabric) -> None:
@@ -201,14 +205,20 @@ class PlannerCache:
 
     def _add_job(self, job_id: int, job: Job) -> None:
         self._jobs[job_id] = job
-        if job.is_pending:
+        state = job.state
+        active = False
+        if state is JobState.PENDING:
             self._pending[job_id] = job
+        elif state in ACTIVE_JOB_STATES:
+            active = True
+        else:
+            return  # neither waiting nor holding nodes: not in the queue's sizes, holds nothing
         shape = queue_shape(job)
         if shape is not None:
             self._shape_of[job_id] = shape
             self._shape_counts[shape] += 1
             self._shapes = None
-        if job.is_active:
+        if active:
             end = _running_end(job)
             for name in job.nodes:
                 indices = job.gpu_indices.get(name)
@@ -279,6 +289,25 @@ class PlannerCache:
     def pending_jobs(self) -> list[Job]:
         """The snapshot's pending jobs, in no particular order."""
         return list(self._pending.values())
+
+    def planning_order(self, jobs: list[Job], priorities: Mapping[int, int]) -> list[Job]:
+        """``priority_order(jobs, priorities, preemptible_last=True)``, kept between passes.
+
+        Sorting the whole queue is a good part of a pass that plans few jobs;
+        when the same job objects come in the same order with the same
+        priorities, the last order is given again.
+        """
+        known = self._order
+        if (
+            known is not None
+            and len(known[0]) == len(jobs)
+            and all(map(operator.is_, known[0], jobs))
+            and known[1] == priorities
+        ):
+            return list(known[2])
+        order = priority_order(jobs, priorities, preemptible_last=True)
+        self._order = (jobs, dict(priorities), order)
+        return list(order)
 
     def queue_shapes(self) -> tuple[JobShape, ...]:
         """The queue's job-size distribution, as ``queue_distribution`` gives it."""

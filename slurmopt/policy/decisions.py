@@ -33,6 +33,8 @@ class Reason(StrEnum):
     NODES_UNAVAILABLE = "NODES_UNAVAILABLE"
     NOT_ELIGIBLE = "NOT_ELIGIBLE"
     UNSUPPORTED_REQUEST = "UNSUPPORTED_REQUEST"
+    # not looked at: past the pass's budget (``Policy.plan_budget``), planned in a later pass
+    NOT_PLANNED = "NOT_PLANNED"
 
 
 #: Unplaced reasons for which slurmopt gives the job back to Slurm instead of holding it.
@@ -173,9 +175,14 @@ class Plan:
     schema_version: int = PLAN_SCHEMA_VERSION
     #: At most one preemption (one in flight at a time), asked for by the request.
     preemptions: tuple[PreemptionChoice, ...] = ()
+    #: How many of the managed jobs, in priority order, the pass planned (None: not counted,
+    #: as in a plan made by hand); the rest are ``NOT_PLANNED``.
+    depth: int | None = None
+    #: False when the pass stopped at its budget (``Policy.plan_budget``) before the last job.
+    complete: bool = True
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "schema_version": self.schema_version,
             "now": self.now,
             "actions": [a.to_json() for a in self.actions],
@@ -183,3 +190,7 @@ class Plan:
             "unplaced": [u.to_json() for u in self.unplaced],
             "preemptions": [p.to_json() for p in self.preemptions],
         }
+        if not self.complete:  # a whole pass reads as before: no key is added
+            out["complete"] = False
+            out["depth"] = self.depth
+        return out

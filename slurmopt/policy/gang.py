@@ -11,10 +11,34 @@ per-leaf counts, not the free-GPU buckets.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from slurmopt.policy.decisions import Reason
 from slurmopt.policy.placement import choose_leaves
-from slurmopt.policy.planner import Ask, Failure, PlannerCore
+from slurmopt.policy.planner import Ask, Failure, PlannerCore, Pool
+
+
+@dataclass
+class Usable:
+    """The nodes a gang could take now, per leaf: counts for every leaf, node lists on demand.
+
+    ``listed`` holds the leaves whose nodes had to be tested one by one; any
+    other leaf's usable nodes are those with at least ``gpus`` free.
+    """
+
+    pool: Pool
+    gpus: int
+    free: Mapping[str, int]
+    counts: dict[str, int] = field(default_factory=dict)
+    listed: dict[str, list[str]] = field(default_factory=dict)
+
+    def nodes(self, leaf: str) -> list[str]:
+        """The leaf's usable nodes, in the pool's order."""
+        listed = self.listed.get(leaf)
+        if listed is None:
+            free, gpus = self.free, self.gpus
+            listed = [n for n in self.pool.leaf_nodes[leaf] if free[n] >= gpus]
+        return listed
 
 
 class GangPlacement(PlannerCore):
@@ -48,14 +72,10 @@ class GangPlacement(PlannerCore):
         respected = self._usable_by_leaf(ask, simple, True, set(required))
         need = k - len(required)
         single = self._single_leaf(pool, k, gpus) and not required
-        choice = choose_leaves(
-            {leaf: len(v) for leaf, v in respected.items()}, need, self.tiers, single
-        )
+        choice = choose_leaves(respected.counts, need, self.tiers, single)
         spread_note = ""
         if choice is None and single and self.policy.compact_wait_share is not None:
-            spread = choose_leaves(
-                {leaf: len(v) for leaf, v in respected.items()}, need, self.tiers, False
-            )
+            spread = choose_leaves(respected.counts, need, self.tiers, False)
             if spread is not None:
                 found = self._earliest_block(ask, one_leaf=True)
                 bound = self.policy.compact_wait_share * (end - self.now)
@@ -67,7 +87,7 @@ class GangPlacement(PlannerCore):
             return self._gang_failure(ask, respected, single, required)
         chosen = list(required)
         for leaf, count in choice.take:
-            ranked = sorted(respected[leaf], key=self._node_order)
+            ranked = sorted(respected.nodes(leaf), key=self._node_order)
             chosen.extend(ranked[:count])
         leaves = ", ".join(choice.leaves)
         detail = (
@@ -77,49 +97,51 @@ class GangPlacement(PlannerCore):
         self._commit_start(ask, chosen, Reason.GANG_FEWEST_LEAVES, detail)
         return None
 
-    def _usable_by_leaf(
-        self, ask: Ask, simple: bool, respect: bool, skip: set[str]
-    ) -> dict[str, list[str]]:
-        """Nodes the job could take now, per leaf; the indexes skip leaves with none."""
+    def _usable_by_leaf(self, ask: Ask, simple: bool, respect: bool, skip: set[str]) -> Usable:
+        """Nodes the job could take now, per leaf; the indexes skip leaves with none.
+
+        For a job with no node constraints on a leaf with no reservation the
+        count comes from the leaf's free-GPU index; its nodes are listed only
+        for the leaves the gang takes.
+        """
         pool = ask.pool
         gpus = ask.job.gpus_per_node
         free = self.timeline.free
         nodes = self.snapshot.nodes
-        out: dict[str, list[str]] = {}
+        usable = Usable(pool, gpus, free)
+        fast = simple and not skip
         for leaf, counts in pool.count_ge.items():
-            if counts[gpus] == 0:
+            count = counts[gpus]
+            if count == 0:
                 continue
-            members = pool.leaf_nodes[leaf]
-            if simple and not skip and (not respect or not self.reserved_in_leaf.get(leaf)):
-                usable = [n for n in members if free[n] >= gpus]
-            else:
-                usable = [
+            if not fast or (respect and self.reserved_in_leaf.get(leaf)):
+                members = pool.leaf_nodes[leaf]
+                listed = [
                     n for n in members if n not in skip and self._fits_now(ask, nodes[n], respect)
                 ]
-            if usable:
-                out[leaf] = usable
-        return out
+                if not listed:
+                    continue
+                usable.listed[leaf] = listed
+                count = len(listed)
+            usable.counts[leaf] = count
+        return usable
 
     def _gang_failure(
-        self, ask: Ask, respected: Mapping[str, list[str]], single: bool, required: list[str]
+        self, ask: Ask, respected: Usable, single: bool, required: list[str]
     ) -> Failure:
         """Why the gang cannot start now: held back by reservations, one leaf, or too few nodes."""
         job, k = ask.job, ask.k
         gpus = job.gpus_per_node
-        total = sum(len(v) for v in respected.values())
-        best = max((len(v) for v in respected.values()), default=0)
+        counts = respected.counts
+        total = sum(counts.values())
+        best = max(counts.values(), default=0)
         where = (
             f"needs {k} nodes with {gpus} free GPUs; {total} free across "
-            f"{len(respected)} leaves, at most {best} on one"
+            f"{len(counts)} leaves, at most {best} on one"
         )
         if self.reservations:
             loose = self._usable_by_leaf(ask, self._is_simple(job), False, set(required))
-            if choose_leaves(
-                {leaf: len(v) for leaf, v in loose.items()},
-                k - len(required),
-                self.tiers,
-                single,
-            ):
+            if choose_leaves(loose.counts, k - len(required), self.tiers, single):
                 return Failure(
                     Reason.RESERVED, f"{where}; more are free but reserved for higher-priority jobs"
                 )

@@ -52,6 +52,11 @@ class Policy:
     now, when it would finish sooner that way than by waiting for MAX (its
     time limit is the budget at MIN nodes; the work is taken to scale with
     the nodes).
+    ``plan_budget``: the most jobs one pass plans, in priority order (0: all
+    of them), so a pass on a very long queue stays bounded.  The jobs past it
+    are left ``NOT_PLANNED`` for a later pass: none starts, is given back to
+    Slurm or is chosen to preempt for, since the pass made no reservations
+    beyond the cut that such a start could have delayed.
     ``partitions``: the partitions slurmopt places jobs in (None: all).
     ``job_sizes``: the distribution the FGD measure uses (None: the queue).
     """
@@ -62,6 +67,7 @@ class Policy:
     reserve_one_leaf: bool = True
     align_ends: bool = True
     elastic: bool = True
+    plan_budget: int = 0
     partitions: frozenset[str] | None = None
     job_sizes: JobSizeDistribution | None = None
 
@@ -245,6 +251,12 @@ KNOBS: tuple[Knob, ...] = (
         FLAG,
         config_key="elastic_starts",
         variant_key="elastic",
+    ),
+    Knob(
+        "plan_budget",
+        "the most jobs one pass plans, in priority order; the rest wait for a later pass (0: all)",
+        COUNT,
+        variant_key="plan_budget",
     ),
     Knob("partitions", "the partitions slurmopt places jobs in (None: all)"),
     Knob("job_sizes", "the job-size distribution the FGD measure uses (None: the queue)"),

@@ -11,7 +11,6 @@ from slurmopt.policy.cache import PlannerCache
 from slurmopt.policy.decisions import Plan
 from slurmopt.policy.elastic import ElasticStarts
 from slurmopt.policy.gang import GangPlacement
-from slurmopt.policy.ordering import priority_order
 from slurmopt.policy.request import PlanRequest
 from slurmopt.policy.reserve import Reservations
 from slurmopt.policy.single import SingleNodePlacement
@@ -31,7 +30,7 @@ def place(request: PlanRequest, cache: PlannerCache | None = None) -> Plan:
     state = PlannerCache() if cache is None else cache
     state.refresh(request.snapshot, request.fabric)
     jobs = [j for j in state.pending_jobs() if request.is_managed(j)]
-    order = priority_order(jobs, request.priorities, preemptible_last=True)
+    order = state.planning_order(jobs, request.priorities)
     return _Planner(
         request.snapshot, request.fabric, request.policy, request.at, order, state
     ).run()

@@ -345,30 +345,38 @@ def fgd_increase(
     for s in range(1, top + 2):
         below[s] = below[s - 1] + (s - 1) * free_histogram.get(s - 1, 0)
 
-    # Per shape, unpacked once (this runs for every single-node start): nodes, GPUs per
-    # node, fit and below at that size, weight, and the GPUs it cannot use as things stand.
+    # Per shape, worked out once (this runs for every single-node start): the rise in GPUs it
+    # cannot use when the node moves from f to g = f - gpus free, in whole GPUs, for each way
+    # f and g lie around its size s.  Below s both (f < s): the node's free GPUs drop by
+    # `gpus` under s; both at or above it: nothing changes for the shape; f at or above and
+    # g below: one node fewer fits it and the node's g GPUs join those below s.
+    after = total - gpus
     terms = []
     for shape in shapes:
         s = shape.gpus_per_node
         si = min(s, top + 1)
-        base = total if fit[si] < shape.nodes else below[si]
-        terms.append((shape.nodes, s, fit[si], below[si], shape.weight, base))
-    after = total - gpus
+        nodes, fit_s, below_s = shape.nodes, fit[si], below[si]
+        base = total if fit_s < nodes else below_s
+        under = (after if fit_s < nodes else below_s - gpus) - base
+        same = (after if fit_s < nodes else below_s) - base
+        # across s: a fixed rise when too few nodes fit once this one no longer does, else
+        # below_s - base + g (None marks that case)
+        across = after - base if fit_s - 1 < nodes else None
+        terms.append((s, shape.weight, under, same, across, below_s - base))
     out: dict[int, float] = {}
     for f, n in free_histogram.items():
         if n <= 0 or f < gpus:
             continue
         g = f - gpus
         rise = 0.0
-        for nodes, s, fit_s, below_s, weight, base in terms:
-            if f >= s:
-                fit_s -= 1
+        for s, weight, under, same, across, below_rise in terms:
+            if f < s:
+                rise += weight * under
+            elif g >= s:
+                rise += weight * same
+            elif across is not None:
+                rise += weight * across
             else:
-                below_s -= f
-            if g >= s:
-                fit_s += 1
-            else:
-                below_s += g
-            rise += weight * ((after if fit_s < nodes else below_s) - base)
+                rise += weight * (below_rise + g)
         out[f] = rise
     return out

@@ -53,8 +53,20 @@ def plan(request: PlanRequest, *, cache: PlannerCache | None = None) -> Plan:
     placed = place(request, cache)
     if request.preemption is None:
         return placed
+    if not placed.complete:
+        request = _planned_preemptors(request, placed)
     choice = preemption_for(request, placed)
     return placed if choice is None else replace(placed, preemptions=(choice,))
+
+
+def _planned_preemptors(request: PlanRequest, placed: Plan) -> PlanRequest:
+    """The request with preemptors limited to the jobs a pass cut short did plan."""
+    ask = request.preemption
+    assert ask is not None
+    cut = {u.job_id for u in placed.unplaced if u.reason is Reason.NOT_PLANNED}
+    planned = {u.job_id for u in placed.unplaced} - cut
+    allowed = frozenset(planned if ask.preemptors is None else ask.preemptors - cut)
+    return replace(request, preemption=replace(ask, preemptors=allowed))
 
 
 __all__ = [

@@ -11,6 +11,7 @@ so each rule can be read without the others; ``plan`` composes them.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -37,7 +38,10 @@ class Pool:
 
     ``count_ge[leaf][g]``: nodes of the leaf with at least ``g`` free GPUs;
     ``histogram``: nodes per free-GPU count (free > 0);
-    ``buckets[f]``: heap of nodes with ``f`` free, best-fit order first.
+    ``buckets[f]``: heap of nodes with ``f`` free, best-fit order first;
+    ``ends[f]``: the nodes with ``f`` free that have a last end
+    (:meth:`PlannerCore._last_end`), sorted by it (built when end alignment
+    first reads it, then kept up to date).
     The layout's lists are shared with later passes and never changed.
     """
 
@@ -49,6 +53,7 @@ class Pool:
     avail_cache: dict[int, dict[str, tuple[int, list[tuple[float, str]]]]] = field(
         default_factory=dict
     )
+    ends: dict[int, list[tuple[float, str]]] | None = None
 
     @property
     def leaf_nodes(self) -> dict[str, list[str]]:
@@ -112,6 +117,9 @@ class PlannerCore(ABC):
         self.jobs = jobs
         self.cache = cache
         self.timeline = cache.timeline(now)
+        # The timeline's own containers (changed in place, never replaced), read in hot loops.
+        self._reserved_nodes = self.timeline.reserved
+        self._events = self.timeline.events
         self.pools: dict[str, Pool | None] = {}
         self.pool_list: list[Pool] = []
         #: Nodes this pass has taken GPUs from.
@@ -125,6 +133,9 @@ class PlannerCore(ABC):
         #: Bumped when a leaf's (or off-leaf node's) free GPUs or reservations change.
         self.versions: dict[str, int] = {}
         self.failures: dict[tuple[Any, ...], Failure] = {}
+        #: Requests (``_request_key``) that can neither start nor be reserved for the rest of
+        #: the pass, with the failure every job asking them is left with.
+        self.settled: dict[tuple[Any, ...], Failure] = {}
         self.constraints: dict[str, Constraint | None] = {}
         job_sizes = policy.job_sizes
         self.shapes: tuple[JobShape, ...] = job_sizes.shapes if job_sizes else cache.queue_shapes()
@@ -171,12 +182,14 @@ class PlannerCore(ABC):
     def _take_now(self, name: str, gpus: int, end: float) -> None:
         self._bump(name)
         old = self.timeline.free[name]
+        indexed = self._unindex_end(name)
         self.timeline.occupy(name, gpus, end)
         new = self.timeline.free[name]
         self.taken.add(name)
         for pool in self.pool_list:
             if name in pool.layout.members:
                 self._shift(pool, name, old, new)
+        self._index_end(name, indexed)
 
     def _shift(self, pool: Pool, name: str, old: int, new: int) -> None:
         """Move a node from ``old`` to ``new`` (fewer) free GPUs in the pool's indexes.
@@ -204,8 +217,48 @@ class PlannerCore(ABC):
             leaf = self._leaf(name)
             if leaf is not None:
                 self.reserved_in_leaf[leaf] = self.reserved_in_leaf.get(leaf, 0) + 1
+        indexed = self._unindex_end(name)
         self.timeline.reserve(name, gpus, start, end)
         self.reserved_by.setdefault(name, []).append(job_id)
+        self._index_end(name, indexed)
+
+    # -- the end-time index (single.py's end alignment reads it) -----------------------------
+    def _last_end(self, name: str) -> float | None:
+        """When the node's last job ends, as end alignment compares it; None when idle.
+
+        A node with a reservation counts its running jobs only; others count
+        this pass's starts too.
+        """
+        if name in self._reserved_nodes:
+            events = self.cache.running_releases(name)
+        else:
+            events = self._events.get(name, [])
+        return events[-1][0] if events else None
+
+    def _end_entry(self, name: str) -> tuple[int, tuple[float, str]] | None:
+        """The node's free GPUs and end-index entry; None when it has no place in the index."""
+        free = self.timeline.free[name]
+        last = self._last_end(name)
+        return (free, (last, name)) if free > 0 and last is not None else None
+
+    def _unindex_end(self, name: str) -> list[Pool]:
+        """Take the node out of every built end index; the pools it was in."""
+        indexed = [p for p in self.pool_list if p.ends is not None and name in p.layout.members]
+        entry = self._end_entry(name) if indexed else None
+        if entry is not None:
+            for pool in indexed:
+                assert pool.ends is not None
+                bucket = pool.ends[entry[0]]
+                del bucket[bisect.bisect_left(bucket, entry[1])]
+        return indexed
+
+    def _index_end(self, name: str, pools: list[Pool]) -> None:
+        """Put the node back, under its free GPUs and last end now, into ``pools``' end indexes."""
+        entry = self._end_entry(name) if pools else None
+        if entry is not None:
+            for pool in pools:
+                assert pool.ends is not None
+                bisect.insort(pool.ends.setdefault(entry[0], []), entry[1])
 
     # -- per-node tests ----------------------------------------------------------------------
     def _constraint(self, job: Job) -> Constraint | None:
@@ -254,9 +307,30 @@ class PlannerCore(ABC):
 
     # -- one job -----------------------------------------------------------------------------
     def run(self) -> Plan:
-        for job in self.jobs:
+        """Plan the jobs in order, up to the policy's budget; the rest are ``NOT_PLANNED``.
+
+        The cut keeps the head of the queue planned in full: a job past it
+        never starts on a pass that stopped before its turn, since it could
+        take what an unmade reservation of a job above it needs.
+        """
+        budget = self.policy.plan_budget
+        depth = min(budget, len(self.jobs)) if budget else len(self.jobs)
+        for job in self.jobs[:depth]:
             self._plan_job(job)
-        return Plan(tuple(self.actions), tuple(self.reservations), tuple(self.unplaced), self.now)
+        if depth < len(self.jobs):
+            detail = (
+                f"past this pass's budget of {budget} jobs (plan_budget); planned in a later pass"
+            )
+            for job in self.jobs[depth:]:
+                self._unplaced(job, Reason.NOT_PLANNED, detail)
+        return Plan(
+            tuple(self.actions),
+            tuple(self.reservations),
+            tuple(self.unplaced),
+            self.now,
+            depth=depth,
+            complete=depth == len(self.jobs),
+        )
 
     def _unplaced(self, job: Job, reason: Reason, detail: str, at: float | None = None) -> None:
         self.unplaced.append(Unplaced(job.job_id, reason, detail, at))
@@ -275,6 +349,11 @@ class PlannerCore(ABC):
         span = self._elastic_span(job)
         if span is not None and job.node_count != span[1]:
             job = replace(job, node_count=span[1])  # planned from MAX, even once set smaller
+        request = None if span is not None else self._request_key(job)
+        settled = self.settled.get(request) if request is not None else None
+        if settled is not None:
+            self._unplaced(job, settled.reason, settled.detail)
+            return
         constraint = self._constraint(job)
         if constraint is None:
             self._unplaced(
@@ -301,7 +380,26 @@ class PlannerCore(ABC):
         if len(self.reservations) < self.policy.backfill_depth:
             if self._try_reserve(asks, failure):
                 return
+        elif request is not None:
+            # No start (every pool's failure is cached) and no reservation (the depth is
+            # reached) for good: a later job asking the same is answered from here.
+            self.settled[request] = failure
         self._unplaced(job, failure.reason, failure.detail)
+
+    @staticmethod
+    def _request_key(job: Job) -> tuple[Any, ...]:
+        """Everything a job's placement reads of the job, bar its id and priority."""
+        return (
+            job.partition,
+            job.node_count,
+            job.gpus_per_node,
+            job.time_limit_s,
+            job.features,
+            job.gpu_type,
+            job.excluded_nodes,
+            job.required_nodes,
+            job.exclusive,
+        )
 
     def _end(self, job: Job, partition: Partition) -> float:
         limit = job.time_limit_s if job.time_limit_s is not None else partition.max_time_s

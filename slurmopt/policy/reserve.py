@@ -120,28 +120,31 @@ class Reservations(PlannerCore):
             if len(earliest) < k:
                 return None
             start = earliest[-1][0]
-        ready: dict[str, list[tuple[float, str]]] = {}
+        # Per group, how many of its nodes (a prefix of its sorted list) are ready by then.
+        ready: dict[str, int] = {}
         for key, v in when.items():
-            upto = bisect.bisect_right(v, (start, "\uffff"))
-            if upto:
-                ready[key] = v[:upto]
+            if v[0][0] <= start:
+                ready[key] = bisect.bisect_right(v, (start, "\uffff"))
         if k == 1:
-            _, name = min(v[0] for v in ready.values())
+            _, name = min(when[key][0] for key in ready)
             return start, [name]
-        fixed = [n for v in ready.values() for _, n in v if n in required]
-        choice = choose_leaves(
-            {leaf: sum(1 for _, n in v if n not in required) for leaf, v in ready.items()},
-            k - len(fixed),
-            self.tiers,
-            single,
-        )
+        if required:
+            fixed = [n for key, upto in ready.items() for _, n in when[key][:upto] if n in required]
+            counts = {
+                key: sum(1 for _, n in when[key][:upto] if n not in required)
+                for key, upto in ready.items()
+            }
+        else:
+            fixed, counts = [], ready
+        choice = choose_leaves(counts, k - len(fixed), self.tiers, single)
         if choice is None:
             return None
         chosen = list(fixed)
         for leaf, count in choice.take:
             # Latest-ready nodes first: the earlier ones stay free for backfill.
             ranked = sorted(
-                (n for n in ready[leaf] if n[1] not in required), key=lambda x: (-x[0], x[1])
+                (n for n in when[leaf][: ready[leaf]] if n[1] not in required),
+                key=lambda x: (-x[0], x[1]),
             )
             chosen.extend(n for _, n in ranked[:count])
         return start, chosen

@@ -8,12 +8,18 @@ apart because it reads the per-count buckets, which no gang rule uses.
 
 from __future__ import annotations
 
+import bisect
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from operator import itemgetter
 
+from slurmopt.policy.backfill import INFINITY
 from slurmopt.policy.decisions import Reason, Start
 from slurmopt.policy.placement import fgd_increase
-from slurmopt.policy.planner import Ask, Failure, PlannerCore
+from slurmopt.policy.planner import Ask, Failure, PlannerCore, Pool
+
+#: ``fits(name, respect)``: whether the job may take the node now (see ``_fit_test``).
+Fits = Callable[[str, bool], bool]
 
 
 class SingleNodePlacement(PlannerCore):
@@ -25,13 +31,14 @@ class SingleNodePlacement(PlannerCore):
         rise = fgd_increase(pool.histogram, self.shapes, gpus)
         blocked = False
         order = sorted(rise, key=lambda f: (rise[f], f - gpus))
+        fits = self._fit_test(ask)
         for i, f in enumerate(order):
-            name, held_back = self._first_in_bucket(ask, f)
+            name, held_back = self._first_in_bucket(ask, f, fits)
             blocked = blocked or held_back
             if name is None:
                 continue
             if self.policy.align_ends:
-                name, f = self._aligned_across(ask, order[i + 1 :], name, f)
+                name, f = self._aligned_across(ask, order[i + 1 :], name, f, fits)
             node = self.snapshot.nodes[name]
             need = self._need(job, node)
             self._take_now(name, need, end)
@@ -53,8 +60,31 @@ class SingleNodePlacement(PlannerCore):
             f"needs {gpus} free GPUs on one node matching its constraints",
         )
 
+    def _fit_test(self, ask: Ask) -> Callable[[str, bool], bool]:
+        """``fits(name, respect)``: :meth:`_fits_now` for a node of a bucket the job fits by count.
+
+        Such a node has at least the job's GPUs free, so for a job with no
+        node constraints only the reservations are left to test.
+        """
+        if not self._is_simple(ask.job):
+            nodes = self.snapshot.nodes
+            fits_now = self._fits_now
+
+            def fits(name: str, respect: bool) -> bool:
+                return fits_now(ask, nodes[name], respect)
+
+            return fits
+        reserved = self.timeline.reserved
+        timeline_fits = self.timeline.fits_now
+        gpus, end = ask.job.gpus_per_node, ask.end
+
+        def fits_simple(name: str, respect: bool) -> bool:
+            return not respect or name not in reserved or timeline_fits(name, gpus, end)
+
+        return fits_simple
+
     def _aligned_across(
-        self, ask: Ask, buckets: Sequence[int], name: str, free: int
+        self, ask: Ask, buckets: Sequence[int], name: str, free: int, fits: Fits
     ) -> tuple[str, int]:
         """Of the partly used nodes the job may take, the one ending nearest ``ask.end``.
 
@@ -70,7 +100,8 @@ class SingleNodePlacement(PlannerCore):
             return name, free
         best = (gap, name, free)
         for other_free in buckets:
-            other, _ = self._first_in_bucket(ask, other_free)
+            # Only a node nearer than the best so far counts, so the bucket's scan stops there.
+            other, _ = self._first_in_bucket(ask, other_free, fits, best[0])
             if other is None:
                 continue
             other_gap = self._end_gap(other, ask.end)
@@ -78,32 +109,45 @@ class SingleNodePlacement(PlannerCore):
                 best = (other_gap, other, other_free)
         return best[1], best[2]
 
-    def _first_in_bucket(self, ask: Ask, free: int) -> tuple[str | None, bool]:
-        """The best-fit node with ``free`` free GPUs the job may take; and was one reserved."""
+    def _first_in_bucket(
+        self, ask: Ask, free: int, fits: Fits, bound: float = INFINITY
+    ) -> tuple[str | None, bool]:
+        """The best-fit node with ``free`` free GPUs the job may take; and was one reserved.
+
+        With end alignment, the node of the bucket ending nearest the job's
+        end instead, where one ends nearer than ``bound`` (else any node no
+        nearer than ``bound``: the caller has a better one).
+        """
         heap = ask.pool.buckets.get(free, [])
         skipped: list[tuple[int, int, str]] = []
         found: str | None = None
         blocked = False
+        free_now = self.timeline.free
         while heap:
             entry = heapq.heappop(heap)
             name = entry[2]
-            if self.timeline.free[name] != free:
+            if free_now[name] != free:
                 continue  # stale: the node has moved to another bucket
             skipped.append(entry)
-            node = self.snapshot.nodes[name]
-            if self._fits_now(ask, node, respect=True):
+            if fits(name, True):
                 found = name
                 break
-            if not blocked and self._fits_now(ask, node, respect=False):
+            if not blocked and fits(name, False):
                 blocked = True
         if found is not None and self.policy.align_ends and heap:
-            found = self._closest_end(ask, heap, found, free)
+            found = self._closest_end(ask, heap, found, free, fits, bound)
         for entry in skipped:
             heapq.heappush(heap, entry)
         return found, blocked
 
     def _closest_end(
-        self, ask: Ask, heap: list[tuple[int, int, str]], first: str, free: int
+        self,
+        ask: Ask,
+        heap: list[tuple[int, int, str]],
+        first: str,
+        free: int,
+        fits: Fits,
+        bound: float = INFINITY,
     ) -> str:
         """Of the partly used nodes with ``free`` free GPUs, the one ending nearest ``ask.end``.
 
@@ -111,30 +155,60 @@ class SingleNodePlacement(PlannerCore):
         that keeps a single long job strands the rest.  Only partly used
         nodes are compared (an idle node has no end to match), so with no
         running jobs nothing changes; on a tie the best-fit node ``first``
-        stays, else the first found of the equally near ones.
+        stays, else the first of the equally near ones in the bucket's heap.
+        Only nodes nearer than ``bound`` are looked for (``first`` when none is).
+
+        The pool's end index (nodes of this free count sorted by last end)
+        is walked outward from ``ask.end``, nearest first, so only the nodes
+        nearer than ``first`` are tested, not the whole bucket.
         """
         end = ask.end
         gap = self._end_gap(first, end)
         if gap is None:
             return first
-        best = (gap, first)
-        free_now = self.timeline.free  # read once: this loop is the pass's hottest
-        for _, _, name in heap:  # the heap's own list, read without popping
-            if free_now[name] != free:
-                continue
-            other = self._end_gap(name, end)
-            if other is None or other >= best[0]:
-                continue
-            if self._fits_now(ask, self.snapshot.nodes[name], respect=True):
-                best = (other, name)
-        return best[1]
+        index = self._end_index(ask.pool).get(free)
+        if not index:
+            return first
+        best = min(gap, bound)
+        found: list[str] = []
+        size = len(index)
+        hi = bisect.bisect_left(index, (end,))
+        lo = hi - 1
+        while lo >= 0 or hi < size:
+            up = abs(index[hi][0] - end) if hi < size else INFINITY
+            down = abs(index[lo][0] - end) if lo >= 0 else INFINITY
+            if hi < size and (lo < 0 or up <= down):
+                other, name = up, index[hi][1]
+                hi += 1
+            else:
+                other, name = down, index[lo][1]
+                lo -= 1
+            if other > best or (other == best and not found):
+                break  # nearest first: nothing further on is nearer
+            if fits(name, True):
+                best = other
+                found.append(name)
+        if len(found) <= 1:
+            return found[0] if found else first
+        # Equally near: the first of them in the heap's own list, as a scan of the bucket finds.
+        tied = set(found)
+        chosen: str = next(filter(tied.__contains__, map(itemgetter(2), heap)))
+        return chosen
+
+    def _end_index(self, pool: Pool) -> dict[int, list[tuple[float, str]]]:
+        """The pool's nodes by free GPUs, each list sorted by last end; built on first use."""
+        if pool.ends is None:
+            ends: dict[int, list[tuple[float, str]]] = {}
+            for name in pool.layout.members:
+                entry = self._end_entry(name)
+                if entry is not None:
+                    ends.setdefault(entry[0], []).append(entry[1])
+            for bucket in ends.values():
+                bucket.sort()
+            pool.ends = ends
+        return pool.ends
 
     def _end_gap(self, name: str, end: float) -> float | None:
         """Seconds between ``end`` and the last running job's end on the node; None when idle."""
-        if name in self.timeline.reserved:
-            events = self.cache.running_releases(name)
-        else:
-            events = self.timeline.events.get(name, [])
-        if not events:
-            return None
-        return abs(events[-1][0] - end)
+        last = self._last_end(name)
+        return None if last is None else abs(last - end)

@@ -111,6 +111,7 @@ EXPORTED = {
     "slurmopt_job_wait_seconds",
     "slurmopt_plan_duration_seconds",
     "slurmopt_plan_jobs",
+    "slurmopt_plan_depth",
     "slurmopt_cycles",
     "slurmopt_slurm_errors",
     "slurmopt_actions",
