@@ -122,6 +122,7 @@ class Config:
     reserve_one_leaf: bool = True
     align_ends: bool = True
     elastic_starts: bool = True
+    plan_budget: int = 0
     heartbeat_path: str = "/run/slurmopt/heartbeat"
     node_name: str = ""
     heartbeat_max_age_s: float = 30.0

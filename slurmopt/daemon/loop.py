@@ -207,8 +207,6 @@ class Daemon:
             config.pin_timeout_s,
             may_hold=self._may_act_now,
         )
-        #: What consecutive passes share (fabric layout, indexes): the same plans, cheaper.
-        self.planner_cache = PlannerCache()
         self.preempter = Preempter(
             store, self.client, PreemptionSettings.from_config(config), metrics=self.metrics
         )

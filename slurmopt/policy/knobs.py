@@ -256,6 +256,7 @@ KNOBS: tuple[Knob, ...] = (
         "plan_budget",
         "the most jobs one pass plans, in priority order; the rest wait for a later pass (0: all)",
         COUNT,
+        config_key="plan_budget",
         variant_key="plan_budget",
     ),
     Knob("partitions", "the partitions slurmopt places jobs in (None: all)"),
