@@ -15,6 +15,7 @@ from benchmarks.live_ab import (
     parse_squeue,
     ratio,
     ratio_table,
+    render_report,
     render_table,
     rows_from_jobcomp,
     sample_metrics,
@@ -238,3 +239,36 @@ def test_scheduler_params_read_scontrol_and_default_the_rest() -> None:
         "sched_interval": 5.0,
     }
     assert scheduler_params("")["bf_interval"] == 30.0
+
+
+def test_render_report_from_a_saved_report() -> None:
+    live = {
+        "jobs": 2,
+        "unfinished": 0,
+        "makespan_s": 60.0,
+        "mean_queue_delay_s": 1.0,
+        "submit_lag_p95_s": 0.0,
+        "mean_jct_s": 20.0,
+        "p95_queue_delay_s": 2.0,
+    }
+    ours = {**live, "mean_queue_delay_s": 3.0, "mean_jct_s": 30.0}
+    sim = {"avg_jct_s": 20.0, "makespan_s": 60.0}
+    report = {
+        "trace": "t.csv",
+        "trace_format": "csv",
+        "window": {"skip": 10, "jobs": 2},
+        "compress": 100.0,
+        "jobs": 2,
+        "multinode_jobs": 0,
+        "dropped_too_big": 1,
+        "last_arrival_s": 5.0,
+        "mean_sleep_s": 20.0,
+        "daemon_interval_s": 2.0,
+        "slurm": {"sched_interval": 5.0},
+        "live": {"plain": live, "slurmopt": ours},
+        "simulated": {"slurm-backfill-tree": sim, "slurmopt": sim},
+    }
+    text = render_report(report)
+    assert "jobs 11-12 by submit, compressed x100: 2 jobs (0 multi-node, 1 dropped too big)" in text
+    assert "| mean JCT (s) | 20.0 | 30.0 | 1.500 | 1.000 | +50.0 |" in text
+    assert "every 2 s" in text and "2.0 s longer" in text
