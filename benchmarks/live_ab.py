@@ -369,10 +369,14 @@ def likely_cause(row: RatioRow, ctx: Context) -> str:
         parts.append(f"only {ctx.multinode_jobs} multi-node jobs: one gang's wait moves the ratio")
     if row.key.endswith("_s") and row.live is not None and row.simulated is not None:
         if row.live > row.simulated:
+            extra = (
+                f"; slurmopt's jobs waited {ctx.extra_wait_s:.1f} s longer on average"
+                if ctx.extra_wait_s > 0
+                else ""
+            )
             parts.append(
                 f"the daemon starts a job only at its cycle (every {ctx.daemon_interval_s:g} s, "
-                "then pin and release; slurmopt's jobs waited "
-                f"{ctx.extra_wait_s:.1f} s longer on average), which the simulator does not model"
+                f"then pin and release{extra}), which the simulator does not model"
             )
         else:
             parts.append("plain Slurm started jobs later than simulated (its timers, not modelled)")
