@@ -451,6 +451,7 @@ class Daemon:
         )
         # Jobs pinned but not yet started hold their nodes (the actuator reads the real snapshot).
         planned = with_pins_in_flight(snapshot, records, now) if acting else snapshot
+        preempting = self.preempter.in_flight() if acting else []
         request = PlanRequest(
             planned,
             self.fabric,
@@ -458,7 +459,7 @@ class Daemon:
             now,
             managed=frozenset(j.job_id for j in planned_jobs),
             priorities=priorities,
-            preemption=self.preempter.ask(records) if acting else None,
+            preemption=self.preempter.ask(records, preempting) if acting else None,
         )
         started = time.perf_counter()
         result.plan = plan(request, cache=self.planner_cache)
@@ -490,7 +491,9 @@ class Daemon:
             else:
                 # The preemptions in flight move on first: the plan asked for a new one only
                 # if there was none, and the one it starts is first seen again next cycle.
-                result.preempted = self.preempter.advance(snapshot, now, may_act=self._switch_off)
+                result.preempted = self.preempter.advance(
+                    snapshot, now, preempting, may_act=self._switch_off
+                )
                 result.acted = self.actuator.apply(
                     result.plan,
                     snapshot,

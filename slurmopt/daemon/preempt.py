@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -176,6 +176,12 @@ class Preempter:
 
     # -- queries --------------------------------------------------------------------------------
     def in_flight(self) -> list[Preemption]:
+        """The preemptions this daemon carries on, oldest first: none while preemption is off.
+
+        Read once per cycle and handed to :meth:`ask` and :meth:`advance`.
+        """
+        if not self.settings.enabled:
+            return []
         with self.store.begin() as session:
             rows = session.scalars(
                 select(Preemption).where(Preemption.outcome.is_(None)).order_by(Preemption.id)
@@ -193,14 +199,16 @@ class Preempter:
         return frozenset((int(job), round(submit)) for job, submit in rows)
 
     # -- the pass -------------------------------------------------------------------------------
-    def ask(self, records: Mapping[int, ManagedJob]) -> PreemptionAsk | None:
+    def ask(
+        self, records: Mapping[int, ManagedJob], in_flight: Sequence[Preemption]
+    ) -> PreemptionAsk | None:
         """What the plan may preempt this cycle: None while disabled or while one is in flight.
 
         Victims: the jobs recorded running, less those that already let a
         grace time pass without a checkpoint (this incarnation).  Preemptors:
         the jobs recorded waiting.
         """
-        if not self.settings.enabled or self.in_flight():
+        if not self.settings.enabled or in_flight:
             return None
         refused = self._no_ack_victims()
         victims = frozenset(
@@ -247,13 +255,12 @@ class Preempter:
         self,
         snapshot: ClusterSnapshot,
         now: float,
+        in_flight: Sequence[Preemption],
         may_act: Callable[[], bool] = lambda: True,
     ) -> PreemptResult:
-        """Advance every preemption in flight by what ``snapshot`` shows (acks, requeues, ends)."""
+        """Advance each of ``in_flight`` by what ``snapshot`` shows (acks, requeues, ends)."""
         result = PreemptResult()
-        if not self.settings.enabled:
-            return result
-        for row in self.in_flight():
+        for row in in_flight:
             if not may_act():
                 return result
             self._advance(row, snapshot, now, result)
