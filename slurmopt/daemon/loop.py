@@ -205,7 +205,7 @@ class Daemon:
             self.client,
             self.managed_partitions,
             config.pin_timeout_s,
-            may_hold=self._may_act_now,
+            may_hold=self._may_write,
         )
         self.preempter = Preempter(
             store, self.client, PreemptionSettings.from_config(config), metrics=self.metrics
@@ -229,6 +229,14 @@ class Daemon:
             return False
         self.store.guard()
         return True
+
+    def _may_write(self) -> bool:
+        """:meth:`_may_act_now` without its lease read, for a single fenced write.
+
+        The fenced client checks the lease at the write itself, so reading it
+        here too would cost a second database round trip per hold.
+        """
+        return self.config.enforce and self.fence is not None and self._switch_off()
 
     def _say(self, key: str, level: int, text: str) -> None:
         """Log ``text`` once per change of its content (numbers aside) under ``key``."""

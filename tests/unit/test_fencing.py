@@ -265,3 +265,32 @@ def test_the_daemon_refuses_to_run_as_another_user_than_daemon_user(tmp_path: Pa
     me = pwd.getpwuid(os.geteuid()).pw_name
     assert wrong_user("") is None and wrong_user(me) is None
     assert "daemon_user is slurm-nobody-here" in (wrong_user("slurm-nobody-here") or "")
+
+
+def test_the_reconciler_reads_the_lease_once_per_hold(tmp_path: Path) -> None:
+    """The fenced write checks the lease; the reconciler's own check must not read it again."""
+    client = FakeSlurm(two_leaves()[0], [])
+    daemon = _daemon(tmp_path, client, "host:1")
+    assert daemon.cycle().mode is Mode.ENFORCING
+    for job_id in (7, 8, 9):  # under the plugin's hold, to be made admin holds
+        client.jobs[job_id] = held_job(job_id, nodes=3, reason="JobHeldUser")
+    events: list[str] = []
+    guard = daemon.store.guard
+    hold = client.hold
+
+    def counted_guard() -> None:
+        events.append("guard")
+        guard()
+
+    def counted_hold(job_id: int) -> None:
+        events.append("hold")
+        hold(job_id)
+
+    daemon.store.guard = counted_guard  # type: ignore[method-assign]
+    daemon.client.guard = counted_guard  # type: ignore[attr-defined]
+    client.hold = counted_hold  # type: ignore[method-assign]
+    daemon.cycle()
+    assert events.count("hold") == 3, client.calls
+    # Each hold is preceded by exactly one lease read since the one before it.
+    between = "".join("g" if e == "guard" else "|" for e in events).split("|")
+    assert between[1:3] == ["g", "g"], events
