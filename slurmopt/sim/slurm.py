@@ -234,8 +234,12 @@ class SimSlurmClient:
         raise SlurmCommandError(["scancel", str(job_id)], 1, "the simulation cancels no job")
 
     def job_status(self, job_id: int) -> JobStatus | None:
-        """Only what the snapshot shows: the daemon never asks, ``slurmopt verify`` does."""
-        job = self.snapshot().jobs.get(job_id)
+        """Only what a snapshot would show, without copying the cluster to answer for one job.
+
+        The daemon never asks; ``slurmopt verify`` does.
+        """
+        self._admit()
+        job = self.cluster.pending.get(job_id) or self.cluster.running.get(job_id)
         return None if job is None else JobStatus(job_id, job.state, None)
 
     def drain(self, node: str, reason: str) -> None:

@@ -105,6 +105,8 @@ def test_sim_client_changes_jobs_as_the_shared_fake_does() -> None:
         step(fake)
         step(sim)
         assert _view(sim.snapshot()) == _view(fake.snapshot())
+        assert sim.job_status(1) == fake.job_status(1)
+        assert sim.job_status(99) is fake.job_status(99) is None
 
     both(lambda _c: None)
     assert sim.snapshot().jobs[1].reason == "JobHeldUser"
