@@ -481,6 +481,10 @@ class FakeSlurm:
         """The drains made, in order: (node, reason)."""
         return [(c[1], c[2]) for c in self.calls if c[0] == "drain"]
 
+    def resumes(self) -> list[str]:
+        """The nodes resumed, in order."""
+        return [c[1] for c in self.calls if c[0] == "resume"]
+
     def held_ids(self) -> list[int]:
         return sorted(j.job_id for j in self.jobs.values() if j.reason == "JobHeldAdmin")
 

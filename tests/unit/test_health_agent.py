@@ -1,4 +1,4 @@
-"""The drain cap (pure decide_drains) and the node agent over FakeNvml and a fake Slurm client."""
+"""The drain cap (pure decide_drains) and the node agent over FakeNvml and the shared FakeSlurm."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import math
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from slurmopt.health.rules import (
     Severity,
 )
 from slurmopt.model import ClusterSnapshot, Node, NodeState
+from tests.fakes.slurm import FakeSlurm
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvml"
 
@@ -179,59 +180,47 @@ def test_snapshot_is_needed_only_for_drain_verdicts() -> None:
 # ---------------------------------------------------------------------- the agent
 
 
-class FakeSlurmClient:
-    """Serves a snapshot and records drains and resumes, applying them as slurmctld would.
+#: What the node agent may do to Slurm: read the cluster, drain and resume nodes.
+AGENT_WRITES = {"drain", "resume"}
+_made: list[FakeSlurm] = []
+
+
+def agent_slurm(
+    snapshot: ClusterSnapshot, fail: Exception | None = None, now: float = 1000.0
+) -> FakeSlurm:
+    """The shared fake Slurm holding ``snapshot``'s nodes, its clock at ``now``.
 
     ``now`` is slurmctld's clock (and, unless a test says otherwise, the
-    agent's): a drain's reason time is its whole second, and ``advance`` (the
-    agent's sleep) moves it on.
+    agent's); every snapshot raises ``fail`` while that fault stays set.
     """
+    client = FakeSlurm.from_snapshot(snapshot, read_error=fail, clock=now)
+    _made.append(client)
+    return client
 
-    name = "fake"
 
-    def __init__(
-        self, snapshot: ClusterSnapshot, fail: Exception | None = None, now: float = 1000.0
-    ) -> None:
-        self._snapshot = snapshot
-        self.fail = fail
-        self.now = now
-        self.snapshots = 0
-        self.drains: list[tuple[str, str]] = []
-        self.resumes: list[str] = []
-        self.sleeps: list[float] = []
+@pytest.fixture(autouse=True)
+def _the_agent_makes_only_its_own_calls() -> Iterator[None]:
+    """Every fake a test made saw snapshots, drains and resumes, nothing else."""
+    _made.clear()
+    yield
+    for client in _made:
+        assert {c[0] for c in client.calls} <= AGENT_WRITES, client.calls
+        assert set(client.read_calls) <= {"snapshot"}, client.read_calls
 
-    def snapshot(self) -> ClusterSnapshot:
-        self.snapshots += 1
-        if self.fail is not None:
-            raise self.fail
-        return self._snapshot
 
-    def set_node(self, node: str, **changes: Any) -> None:
-        nodes = dict(self._snapshot.nodes)
-        nodes[node] = replace(nodes[node], **changes)
-        self._snapshot = ClusterSnapshot.build(0.0, nodes.values(), [], [])
+def advance(client: FakeSlurm, seconds: float) -> None:
+    """The agent's sleep: slurmctld's clock moves on by ``seconds``."""
+    client.clock += seconds
 
-    def drain(self, node: str, reason: str) -> None:
-        self.drains.append((node, reason))
-        flags = self._snapshot.nodes[node].flags | {"DRAIN"}
-        self.set_node(node, flags=flags, reason=reason, reason_time=float(math.floor(self.now)))
 
-    def resume(self, node: str) -> None:
-        self.resumes.append(node)
-        flags = self._snapshot.nodes[node].flags - {"DRAIN", "DRAINING", "DRAINED"}
-        self.set_node(node, flags=flags, reason="", reason_time=None)
-
-    def advance(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"the node agent must not call SlurmClient.{name}")
+def set_node(client: FakeSlurm, node: str, **changes: Any) -> None:
+    """Someone else (an admin, another agent) changes a node in Slurm."""
+    client.nodes[node] = replace(client.nodes[node], **changes)
 
 
 def agent_for(
     name: str,
-    client: FakeSlurmClient,
+    client: FakeSlurm,
     node: str = "gpu001",
     dry_run: bool = False,
     cap: DrainCap | None = None,
@@ -247,8 +236,8 @@ def agent_for(
         cap=cap,
         dry_run=dry_run,
         log=log,
-        clock=lambda: client.now,
-        sleep=sleep or client.advance,
+        clock=lambda: client.clock,
+        sleep=sleep or (lambda seconds: advance(client, seconds)),
     )
     return agent, log, reader
 
@@ -258,26 +247,26 @@ def log_lines(log: io.StringIO) -> list[dict[str, Any]]:
 
 
 def test_healthy_node_never_reads_slurm() -> None:
-    client = FakeSlurmClient(cluster())
+    client = agent_slurm(cluster())
     agent, log, _ = agent_for("h100_healthy", client)
     result = agent.run_pass()
     assert result.decision.action is DrainAction.NONE
-    assert client.snapshots == 0 and client.drains == [] and log.getvalue() == ""
+    assert client.reads("snapshot") == 0 and client.drains() == [] and log.getvalue() == ""
 
 
 def test_degraded_node_is_reported_not_drained() -> None:
-    client = FakeSlurmClient(cluster())
+    client = agent_slurm(cluster())
     agent, log, _ = agent_for("h100_pcie_x8", client)
     assert agent.run_pass().decision.action is DrainAction.REPORT
-    assert client.snapshots == 0 and client.drains == [] and log.getvalue() == ""
+    assert client.reads("snapshot") == 0 and client.drains() == [] and log.getvalue() == ""
 
 
 def test_double_bit_ecc_drains_through_slurm_and_logs_a_json_line() -> None:
-    client = FakeSlurmClient(cluster())
+    client = agent_slurm(cluster())
     agent, log, _ = agent_for("h100_ecc_dbe", client)
     result = agent.run_pass()
     assert result.decision.action is DrainAction.DRAIN
-    assert client.drains == [("gpu001", "slurmopt: gpu3:ecc-uncorrected, gpu3:row-remap-pending")]
+    assert client.drains() == [("gpu001", "slurmopt: gpu3:ecc-uncorrected, gpu3:row-remap-pending")]
     (entry,) = log_lines(log)
     assert entry["event"] == "node-agent.drain-decision"
     assert entry["node"] == "gpu001" and entry["action"] == "drain"
@@ -285,40 +274,40 @@ def test_double_bit_ecc_drains_through_slurm_and_logs_a_json_line() -> None:
     assert entry["cap"] == 3 and entry["slurmopt_drained"] == 0
     # The next pass sees the node drained in Slurm and leaves it alone.
     assert agent.run_pass().decision.action is DrainAction.ALREADY_DRAINED
-    assert len(client.drains) == 1
+    assert len(client.drains()) == 1
 
 
 def test_capped_node_is_not_drained_and_is_logged() -> None:
     drained = {f"gpu0{i}": "slurmopt: gpu0:xid79" for i in (10, 11, 12)}
-    client = FakeSlurmClient(cluster(32, drained))
+    client = agent_slurm(cluster(32, drained))
     agent, log, _ = agent_for("h100_nvlink_down", client, cap=DrainCap(3, 1.0))
     result = agent.run_pass()
     assert result.decision.action is DrainAction.CAPPED
-    assert client.drains == []
+    assert client.drains() == []
     assert log_lines(log)[0]["action"] == "capped"
 
 
 def test_dry_run_reads_slurm_but_never_drains() -> None:
-    client = FakeSlurmClient(cluster())
+    client = agent_slurm(cluster())
     agent, log, _ = agent_for("h100_xid79", client, dry_run=True)
     assert agent.run_pass().decision.action is DrainAction.WOULD_DRAIN
-    assert client.snapshots == 1 and client.drains == []
+    assert client.reads("snapshot") == 1 and client.drains() == []
     assert log_lines(log)[0]["dry_run"] is True
 
 
 def test_xids_are_kept_while_capped_and_forgotten_once_drained() -> None:
     nvml = FakeNvml(fixture("h100_healthy"))
     drained = {"gpu010": "slurmopt: gpu0:xid79"}
-    client = FakeSlurmClient(cluster(32, drained))
+    client = agent_slurm(cluster(32, drained))
     agent, _, reader = agent_for("", client, cap=DrainCap(1, 1.0), nvml=nvml)
     with reader:
         reader.read("gpu001")
         nvml.inject_xid(4, 79)
         assert agent.run_pass().decision.action is DrainAction.CAPPED
         # The cap frees up (an operator resumed gpu010): the remembered Xid drains now.
-        client._snapshot = cluster(32)
+        client.nodes = dict(cluster(32).nodes)
         assert agent.run_pass().decision.action is DrainAction.DRAIN
-        assert client.drains == [("gpu001", "slurmopt: gpu4:xid79")]
+        assert client.drains() == [("gpu001", "slurmopt: gpu4:xid79")]
         assert reader.read("gpu001").gpus[4].xids == ()
 
 
@@ -343,17 +332,23 @@ def test_drain_order_is_reason_time_then_name_and_unknown_times_rank_oldest() ->
 
 
 def test_no_overshoot_no_extra_line_and_the_check_waits_out_the_drain_second() -> None:
-    client = FakeSlurmClient(cluster(32), now=1000.25)
-    agent, log, _ = agent_for("h100_ecc_dbe", client, cap=DrainCap(2, 1.0))
+    client = agent_slurm(cluster(32), now=1000.25)
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        advance(client, seconds)
+
+    agent, log, _ = agent_for("h100_ecc_dbe", client, cap=DrainCap(2, 1.0), sleep=sleep)
     assert agent.run_pass().decision.action is DrainAction.DRAIN
     assert [e["event"] for e in log_lines(log)] == ["node-agent.drain-decision"]
     # Before the drain; right after it (its reason time: 1000); after that second and the skew.
-    assert client.snapshots == 3
-    assert client.sleeps == [pytest.approx(1.75)]
-    assert client.resumes == []
+    assert client.reads("snapshot") == 3
+    assert sleeps == [pytest.approx(1.75)]
+    assert client.resumes() == []
 
 
-def racing(client: FakeSlurmClient, other: str) -> None:
+def racing(client: FakeSlurm, other: str) -> None:
     """Make ``client``'s next drain come with another agent's drain of ``other``, same second."""
     real_drain = client.drain
 
@@ -365,13 +360,13 @@ def racing(client: FakeSlurmClient, other: str) -> None:
 
 
 def test_overshoot_keeps_older_drains_and_the_newest_agent_undoes_its_own() -> None:
-    client = FakeSlurmClient(cluster(32, {"gpu010": "slurmopt: gpu0:xid79"}))
+    client = agent_slurm(cluster(32, {"gpu010": "slurmopt: gpu0:xid79"}))
     racing(client, "gpu002")
     agent, log, _ = agent_for("h100_ecc_dbe", client, node="gpu005", cap=DrainCap(2, 1.0))
     result = agent.run_pass()
     # gpu010 is older; gpu002 and gpu005 were stamped in the same second: the name decides.
     assert result.decision.action is DrainAction.UNDONE
-    assert client.resumes == ["gpu005"]
+    assert client.resumes() == ["gpu005"]
     assert not client.snapshot().nodes["gpu005"].flags
     decision, exceeded, undone = log_lines(log)
     assert decision["action"] == "drain"
@@ -387,15 +382,15 @@ def test_overshoot_keeps_older_drains_and_the_newest_agent_undoes_its_own() -> N
     assert "drained, then resumed: 3 nodes drained by slurmopt at once, above the cap of 2" in line
     # Undone is not drained: the next pass decides again, and finds the cap reached.
     assert agent.run_pass().decision.action is DrainAction.CAPPED
-    assert len(client.drains) == 2
+    assert len(client.drains()) == 2
 
 
 def test_an_agent_whose_drain_is_kept_resumes_nothing() -> None:
-    client = FakeSlurmClient(cluster(32, {"gpu010": "slurmopt: gpu0:xid79"}))
+    client = agent_slurm(cluster(32, {"gpu010": "slurmopt: gpu0:xid79"}))
     racing(client, "gpu011")
     agent, log, _ = agent_for("h100_ecc_dbe", client, node="gpu001", cap=DrainCap(2, 1.0))
     assert agent.run_pass().decision.action is DrainAction.DRAIN
-    assert client.resumes == []
+    assert client.resumes() == []
     events = log_lines(log)
     assert [e["event"] for e in events] == ["node-agent.drain-decision", "node-agent.cap-exceeded"]
     assert events[1]["undo"] == ["gpu011"]  # gpu011's own agent undoes that one
@@ -403,20 +398,20 @@ def test_an_agent_whose_drain_is_kept_resumes_nothing() -> None:
 
 def test_a_drain_stamped_in_the_same_second_during_the_wait_is_counted() -> None:
     """The wait is what makes separate checks add up: without it gpu005 would keep its drain."""
-    client = FakeSlurmClient(cluster(32), now=1000.5)
+    client = agent_slurm(cluster(32), now=1000.5)
 
     def sleep_while_another_agent_drains(seconds: float) -> None:
-        assert client.snapshots == 2  # the snapshot that is judged has not been read yet
+        assert client.reads("snapshot") == 2  # the snapshot that is judged has not been read yet
         client.drain("gpu001", "slurmopt: gpu1:xid79")  # stamped 1000, like gpu005's drain
-        client.advance(seconds)
+        advance(client, seconds)
 
     agent, log, _ = agent_for(
         "h100_ecc_dbe", client, node="gpu005", cap=DrainCap(1, 1.0),
         sleep=sleep_while_another_agent_drains,
     )  # fmt: skip
     assert agent.run_pass().decision.action is DrainAction.UNDONE
-    assert client.resumes == ["gpu005"]
-    assert client.now >= 1000.0 + 1.0 + agent.clock_skew_s
+    assert client.resumes() == ["gpu005"]
+    assert client.clock >= 1000.0 + 1.0 + agent.clock_skew_s
     assert log_lines(log)[-1]["kept"] == ["gpu001"]
 
 
@@ -429,19 +424,19 @@ def test_a_drain_stamped_in_the_same_second_during_the_wait_is_counted() -> None
     ],
 )
 def test_an_agent_never_resumes_a_node_whose_reason_changed(change: dict[str, Any]) -> None:
-    client = FakeSlurmClient(cluster(32, {"gpu001": "slurmopt: gpu0:xid79"}))
+    client = agent_slurm(cluster(32, {"gpu001": "slurmopt: gpu0:xid79"}))
     racing(client, "gpu002")
 
     def sleep_while_someone_steps_in(seconds: float) -> None:
-        client.set_node("gpu005", **change)
-        client.advance(seconds)
+        set_node(client, "gpu005", **change)
+        advance(client, seconds)
 
     agent, log, _ = agent_for(
         "h100_ecc_dbe", client, node="gpu005", cap=DrainCap(2, 1.0),
         sleep=sleep_while_someone_steps_in,
     )  # fmt: skip
     result = agent.run_pass()
-    assert client.resumes == []
+    assert client.resumes() == []
     assert result.decision.action is DrainAction.DRAIN
     assert "node-agent.drain-undone" not in [e["event"] for e in log_lines(log)]
     assert client.snapshot().nodes["gpu005"].reason == change["reason"]
@@ -605,7 +600,7 @@ def test_simultaneous_drains_by_many_agents_converge_to_exactly_the_cap(seed: in
 
 
 def test_run_loop_logs_slurm_errors_and_keeps_going() -> None:
-    client = FakeSlurmClient(cluster(), fail=SlurmUnavailable("slurmctld unreachable"))
+    client = agent_slurm(cluster(), fail=SlurmUnavailable("slurmctld unreachable"))
     agent, log, _ = agent_for("h100_ecc_dbe", client)
     stop = threading.Event()
     passes: list[Any] = []
@@ -620,7 +615,7 @@ def test_run_loop_logs_slurm_errors_and_keeps_going() -> None:
     def flaky_snapshot() -> ClusterSnapshot:
         calls["n"] += 1
         if calls["n"] == 2:
-            client.fail = None
+            client.faults.clear()
         return real_snapshot()
 
     client.snapshot = flaky_snapshot  # type: ignore[method-assign]
@@ -628,18 +623,18 @@ def test_run_loop_logs_slurm_errors_and_keeps_going() -> None:
     errors = [e for e in log_lines(log) if e["event"] == "node-agent.error"]
     assert errors and errors[0]["error"] == "slurmctld unreachable"
     assert passes[0].decision.action is DrainAction.DRAIN
-    assert client.drains and client.drains[0][0] == "gpu001"
+    assert client.drains() and client.drains()[0][0] == "gpu001"
 
 
 def test_agent_needs_a_node_name() -> None:
     with pytest.raises(UsageError, match="--node"):
         NodeAgent(
-            "", NvmlReader(FakeNvml(fixture("h100_healthy"))), lambda: FakeSlurmClient(cluster())
+            "", NvmlReader(FakeNvml(fixture("h100_healthy"))), lambda: agent_slurm(cluster())
         )
 
 
 def test_pass_result_serialises() -> None:
-    client = FakeSlurmClient(cluster())
+    client = agent_slurm(cluster())
     agent, _, _ = agent_for("h100_xid79", client, dry_run=True)
     doc = json.loads(json.dumps(agent.run_pass().as_dict()))
     assert doc["severity"] == "drain"
