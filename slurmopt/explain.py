@@ -35,6 +35,7 @@ REASON_MEANING: dict[Reason, str] = {
     Reason.WAITS_FOR_RESERVATION: "has a backfill reservation and starts when its nodes free up",
     Reason.WAITS_FOR_RESOURCES: "not enough free GPUs where it may run",
     Reason.NEEDS_NODES_IN_ONE_LEAF: "fits under one leaf switch and waits for one to free up",
+    Reason.NEEDS_NODES_IN_ONE_DOMAIN: "asks for one NVLink domain (or segments of one) and waits",
     Reason.TOO_BIG_FOR_PARTITION: "larger than its partition: it cannot start as things stand",
     Reason.NODES_UNAVAILABLE: "too many of the nodes it could use are out of service",
     Reason.NOT_ELIGIBLE: "Slurm itself would not start it now",

@@ -152,7 +152,9 @@ class Job:
     per node (for pending jobs) or holds per node (for running ones).
     ``begin_time`` is the earliest start Slurm allows (``--begin``);
     ``het_job_id`` is set for components of a heterogeneous job;
-    ``reservation`` names the Slurm reservation the job must run in.
+    ``reservation`` names the Slurm reservation the job must run in;
+    ``segment_size`` is Slurm's ``--segment`` (topology/block: nodes in groups
+    of that many, each group inside one block), None when unset.
     """
 
     job_id: int
@@ -188,6 +190,7 @@ class Job:
     begin_time: float | None = None
     het_job_id: int | None = None
     reservation: str = ""
+    segment_size: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpu_indices", MappingProxyType(dict(self.gpu_indices)))

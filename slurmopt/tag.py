@@ -9,8 +9,8 @@ on the tag it finds there (``held`` and ``hb=SEQ`` are added by the plugin;
 slurmopt's own status text follows the separator).  Both fields share one
 format, keeping the user's own text after the tag::
 
-    slurmopt:managed[,preemptible][,elastic=MIN:MAX][,template=NAME][,ckpt=STEP@UNIX]
-             [ | USER COMMENT]
+    slurmopt:managed[,preemptible][,elastic=MIN:MAX][,template=NAME][,domain[=SEGMENT]]
+             [,ckpt=STEP@UNIX][ | USER COMMENT]
 
 ``ckpt=STEP@UNIX`` is written by the running job itself (``scontrol update
 JobId=$SLURM_JOB_ID Comment=...``) to acknowledge a finished checkpoint;
@@ -35,6 +35,10 @@ _FIELD = re.compile(r"[a-z][a-z0-9_-]*(=[^,\s|]+)?")
 _TEMPLATE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _ELASTIC = re.compile(r"(\d+):(\d+)")
 _CHECKPOINT = re.compile(r"(\d+)@(\d+)")
+_SEGMENT = re.compile(r"[1-9]\d{0,5}")
+#: Tag field: the job's nodes in one NVLink domain (``domain``), or in groups of SEGMENT
+#: nodes each inside one (``domain=SEGMENT``).
+DOMAIN_FIELD = "domain"
 CHECKPOINT_FIELD = "ckpt"
 #: Admin-comment field: the job-submit plugin held this job for slurmopt at submission.
 HELD_FIELD = "held"
@@ -54,6 +58,9 @@ class JobTag:
     preemptible: bool = False
     elastic: tuple[int, int] | None = None
     template: str | None = None
+    #: None: no domain asked; 0: every node in one NVLink domain; S: groups of S nodes, each
+    #: inside one domain.  A restriction on the job's own placement, so users may ask it.
+    domain: int | None = None
 
     def fields(self) -> list[str]:
         """The comma-separated fields, in their fixed order."""
@@ -64,6 +71,8 @@ class JobTag:
             out.append(f"elastic={self.elastic[0]}:{self.elastic[1]}")
         if self.template is not None:
             out.append(f"template={self.template}")
+        if self.domain is not None:
+            out.append(DOMAIN_FIELD + (f"={self.domain}" if self.domain else ""))
         return out
 
 
@@ -78,6 +87,15 @@ def parse_elastic(text: str) -> tuple[int, int]:
     if low > high:
         raise ValueError(f"--elastic MIN must not exceed MAX, got {text!r}")
     return low, high
+
+
+def parse_segment(text: str | None) -> int:
+    """``--nvlink-domain[=SEGMENT]``'s value: 0 for none given, else SEGMENT nodes (1 or more)."""
+    if text is None:
+        return 0
+    if not _SEGMENT.fullmatch(text):
+        raise ValueError(f"--nvlink-domain takes a segment size of 1 or more nodes, got {text!r}")
+    return int(text)
 
 
 def check_template_name(name: str) -> str:
@@ -120,6 +138,7 @@ def parse_comment(comment: str | None) -> tuple[JobTag | None, str | None]:
     preemptible = False
     elastic: tuple[int, int] | None = None
     template: str | None = None
+    domain: int | None = None
     for field in fields[1:]:
         if not _FIELD.fullmatch(field):
             raise TagError(f"bad field {field!r} in slurmopt tag {comment!r}")
@@ -131,9 +150,11 @@ def parse_comment(comment: str | None) -> tuple[JobTag | None, str | None]:
                 elastic = parse_elastic(value)
             elif key == "template":
                 template = check_template_name(value)
+            elif key == DOMAIN_FIELD:
+                domain = parse_segment(value if value else None)
         except ValueError as exc:
             raise TagError(f"bad field {field!r} in slurmopt tag: {exc}") from None
-    tag = JobTag(preemptible=preemptible, elastic=elastic, template=template)
+    tag = JobTag(preemptible=preemptible, elastic=elastic, template=template, domain=domain)
     return tag, (user if sep and user else None)
 
 
@@ -161,6 +182,14 @@ def elastic_range(comment: str) -> tuple[int, int] | None:
         return None
     tag = _well_formed_tag(comment)
     return None if tag is None else tag.elastic
+
+
+def domain_ask(comment: str) -> int | None:
+    """A well-formed tag's ``domain[=SEGMENT]``: 0 for the whole job, SEGMENT, else None."""
+    if DOMAIN_FIELD not in comment:
+        return None
+    tag = _well_formed_tag(comment)
+    return None if tag is None else tag.domain
 
 
 def with_checkpoint(comment: str, step: int, at: float) -> str:

@@ -76,6 +76,10 @@ def fabric_summary(fabric: Fabric) -> dict[str, Any]:
         "leaves": leaves,
         "off_leaf_nodes": {node: fabric.attachment_of(node) for node in off_leaf},
         "tiers": _tiers(fabric),
+        "domains": [
+            {"domain": name, "nodes": fold(nodes), "node_count": len(nodes)}
+            for name, nodes in fabric.domains().items()
+        ],
         "warnings": list(fabric.warnings),
     }
 
@@ -135,6 +139,13 @@ def show(
         ],
         right_align=lambda col: col in ("level", "count", "uplink Gb/s", "oversub"),
     )
+    if summary["domains"]:
+        print_table(
+            None,
+            ["domain", "nodes", "count"],
+            [[d["domain"], d["nodes"], d["node_count"]] for d in summary["domains"]],
+            right_align=lambda col: col == "count",
+        )
 
 
 def _spread(values: Iterable[float]) -> str:

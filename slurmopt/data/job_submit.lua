@@ -8,8 +8,8 @@ writes there grants nothing by itself: at submission this plugin copies it
 into the job's *admin comment* (which only administrators, SlurmUser and
 this plugin can write; Slurm refuses an ordinary user's admin comment
 before the plugin runs), keeping only the fields slurmopt knows
-(preemptible, template, and elastic=MIN:MAX capped at the node count the
-job was submitted with) and dropping any forged "held" or "hb" field.
+(preemptible, template, domain[=SEGMENT], and elastic=MIN:MAX capped at
+the node count the job was submitted with) and dropping any forged "held" or "hb" field.
 
 While slurmopt's heartbeat file is fresh and says enforce=1, a new job that
 slurmopt manages and that asks for GPUs is also held (priority 0, which
@@ -210,6 +210,10 @@ local function admin_tag(comment, job_desc, held, seq)
             out[#out + 1] = "preemptible"
         elseif key == "template" and value:match("^[%w][%w_.-]*$") then
             out[#out + 1] = "template=" .. value
+        elseif key == "domain" and value == "" then
+            out[#out + 1] = "domain"
+        elseif key == "domain" and value:match("^[1-9]%d?%d?%d?%d?%d?$") then
+            out[#out + 1] = "domain=" .. value
         elseif key == "elastic" then
             local low, high = value:match("^(%d+):(%d+)$")
             low, high = tonumber(low), tonumber(high)

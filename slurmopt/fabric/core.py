@@ -281,6 +281,39 @@ class Fabric:
         """Effective bandwidth of the direct link between ``a`` and ``b``."""
         return effective_gbps(self.graph.edges[a, b])
 
+    # -- NVLink domains -------------------------------------------------------------
+    @cached_property
+    def _domains(self) -> Mapping[str, tuple[str, ...]]:
+        """Domain name to its nodes, sorted; see :meth:`domains`."""
+        members: dict[str, list[str]] = {}
+        for v, data in self.graph.nodes(data=True):
+            domain = data.get("domain")
+            if data.get("kind") == "node" and isinstance(domain, str) and domain:
+                members.setdefault(domain, []).append(v)
+        if not members and "block_sizes" in self.graph.graph:
+            for leaf in self.leaves():
+                members[leaf] = list(self.nodes_under(leaf))
+        return {name: tuple(sorted(nodes)) for name, nodes in sorted(members.items())}
+
+    @cached_property
+    def _domain_of(self) -> Mapping[str, str]:
+        return {node: name for name, nodes in self._domains.items() for node in nodes}
+
+    def domains(self) -> Mapping[str, tuple[str, ...]]:
+        """NVLink domains (racks, or the blocks of a topology/block fabric): name to nodes.
+
+        A domain is a unit of placement: a job that asks for one gets nodes of
+        one domain (or segments each inside one), and other jobs avoid
+        breaking a whole free domain.  Nodes carry them as the ``domain``
+        attribute (slurmopt's fabric YAML, the generators); a topology/block
+        fabric with none has one domain per block.  Empty on most fabrics.
+        """
+        return self._domains
+
+    def domain_of(self, node: str) -> str | None:
+        """The NVLink domain a compute node belongs to, or None."""
+        return self._domain_of.get(node)
+
     # -- distances ----------------------------------------------------------------
     @cached_property
     def _switch_adjacency(self) -> Mapping[str, tuple[tuple[str, float], ...]]:

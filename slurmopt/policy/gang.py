@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from slurmopt.policy.decisions import Reason
+from slurmopt.policy.domains import choose_domains, pick_in_domains, segment_problem
 from slurmopt.policy.placement import choose_leaves
 from slurmopt.policy.planner import Ask, Failure, PlannerCore, Pool
 
@@ -44,11 +45,13 @@ class Usable:
 class GangPlacement(PlannerCore):
     """Starts multi-node and node-pinned jobs; mixed into the planner by ``plan``."""
 
-    def _node_order(self, name: str) -> tuple[int, int, int, str]:
-        """Best fit within a leaf: fewest free GPUs first, partly used before idle, weight, name."""
+    def _node_order(self, name: str) -> tuple[int, int, bool, int, str]:
+        """Best fit within a leaf: fewest free GPUs first, partly used before idle, a whole free
+        NVLink domain kept whole, weight, name."""
         node = self.snapshot.nodes[name]
         free = self.timeline.free[name]
-        return (free, 1 if free >= node.gpus_total else 0, node.weight, name)
+        idle = 1 if free >= node.gpus_total else 0
+        return (free, idle, self._breaks_domain(name), node.weight, name)
 
     def _start_gang(self, ask: Ask) -> Failure | None:
         job, pool, end, k = ask.job, ask.pool, ask.end, ask.k
@@ -70,6 +73,9 @@ class GangPlacement(PlannerCore):
                 return None
         simple = self._is_simple(job)
         respected = self._usable_by_leaf(ask, simple, True, set(required))
+        segment = self._segment(job)
+        if segment is not None and not required:
+            return self._start_in_domains(ask, respected, segment)
         need = k - len(required)
         single = self._single_leaf(pool, k, gpus) and not required
         choice = choose_leaves(respected.counts, need, self.tiers, single)
@@ -93,6 +99,38 @@ class GangPlacement(PlannerCore):
         detail = (
             f"{k} nodes on {len(choice.leaves)} leaf switch(es) ({leaves}); "
             f"{choice.left_over} usable node(s) left on them{spread_note}"
+        )
+        self._commit_start(ask, chosen, Reason.GANG_FEWEST_LEAVES, detail)
+        return None
+
+    def _start_in_domains(self, ask: Ask, respected: Usable, segment: int) -> Failure | None:
+        """Start a domain-asking job with each group of ``segment`` nodes inside one domain."""
+        k, gpus = ask.k, ask.job.gpus_per_node
+        domains = self.fabric.domains()
+        problem = segment_problem(k, segment, len(domains))
+        if problem is not None:
+            return Failure(Reason.NEEDS_NODES_IN_ONE_DOMAIN, problem)
+        domain_of = self.fabric.domain_of
+        by_domain: dict[str, dict[str, list[str]]] = {}
+        for leaf in respected.counts:
+            for name in respected.nodes(leaf):
+                domain = domain_of(name)
+                if domain is not None:
+                    by_domain.setdefault(domain, {}).setdefault(leaf, []).append(name)
+        usable = {d: sum(map(len, leaves.values())) for d, leaves in by_domain.items()}
+        take = choose_domains(usable, k, segment)
+        order = self._node_order
+        chosen = None if take is None else pick_in_domains(take, by_domain, self.tiers, order)
+        if take is None or chosen is None:
+            groups = "" if segment == k else f" in groups of {segment}"
+            return Failure(
+                Reason.NEEDS_NODES_IN_ONE_DOMAIN,
+                f"needs {k} nodes with {gpus} free GPUs{groups} inside one NVLink domain; "
+                f"at most {max(usable.values(), default=0)} free in one of {len(domains)} domains",
+            )
+        names = ", ".join(d for d, _ in take)
+        detail = f"{k} nodes in NVLink domain(s) {names}" + (
+            "" if segment == k else f", in groups of {segment}"
         )
         self._commit_start(ask, chosen, Reason.GANG_FEWEST_LEAVES, detail)
         return None

@@ -28,6 +28,7 @@ from slurmopt.policy.fragmentation import JobShape
 from slurmopt.policy.knobs import Policy
 from slurmopt.policy.ordering import not_eligible
 from slurmopt.policy.placement import Constraint, parse_constraint
+from slurmopt.tag import domain_ask
 
 _UP_PARTITION_STATES = frozenset({"UP", ""})
 
@@ -129,6 +130,8 @@ class PlannerCore(ABC):
         #: The fabric's leaves grouped tier by tier, which gang placement reads.
         self.tiers = fabric.tiers()
         self.reserved_in_leaf: dict[str, int] = {}
+        #: NVLink domains some of whose GPUs are in use (built on first use; see _breaks_domain).
+        self.broken_domains: set[str] | None = None
         self.reserved_by: dict[str, list[int]] = {}
         #: Bumped when a leaf's (or off-leaf node's) free GPUs or reservations change.
         self.versions: dict[str, int] = {}
@@ -186,6 +189,10 @@ class PlannerCore(ABC):
         self.timeline.occupy(name, gpus, end)
         new = self.timeline.free[name]
         self.taken.add(name)
+        if self.broken_domains is not None:
+            domain = self.fabric.domain_of(name)
+            if domain is not None:
+                self.broken_domains.add(domain)
         for pool in self.pool_list:
             if name in pool.layout.members:
                 self._shift(pool, name, old, new)
@@ -259,6 +266,37 @@ class PlannerCore(ABC):
             for pool in pools:
                 assert pool.ends is not None
                 bisect.insort(pool.ends.setdefault(entry[0], []), entry[1])
+
+    # -- NVLink domains ----------------------------------------------------------------------
+    def _breaks_domain(self, name: str) -> bool:
+        """Taking the node would break a whole free NVLink domain (never, on a fabric with none).
+
+        Other jobs take from domains already in use first, so whole domains
+        stay free for the jobs that ask for one.
+        """
+        domain = self.fabric.domain_of(name)
+        if domain is None:
+            return False
+        if self.broken_domains is None:
+            free, nodes = self.timeline.free, self.snapshot.nodes
+            self.broken_domains = {
+                d
+                for d, members in self.fabric.domains().items()
+                if any(m not in nodes or free.get(m, 0) < nodes[m].gpus_total for m in members)
+            }
+        return domain not in self.broken_domains
+
+    @staticmethod
+    def _segment(job: Job) -> int | None:
+        """Nodes per group that must share one NVLink domain; None when the job asks none.
+
+        The job's own tag (``domain``: all its nodes; ``domain=S``) or
+        Slurm's ``--segment``; the whole-job ask is the stricter and wins.
+        """
+        asked = domain_ask(job.admin_comment) if job.admin_comment else None
+        if asked == 0:
+            return max(job.node_count, 1)
+        return job.segment_size or asked
 
     # -- per-node tests ----------------------------------------------------------------------
     def _constraint(self, job: Job) -> Constraint | None:
@@ -399,6 +437,8 @@ class PlannerCore(ABC):
             job.excluded_nodes,
             job.required_nodes,
             job.exclusive,
+            job.segment_size,
+            domain_ask(job.admin_comment) if job.admin_comment else None,
         )
 
     def _end(self, job: Job, partition: Partition) -> float:
@@ -484,6 +524,7 @@ class PlannerCore(ABC):
             job.required_nodes,
             job.exclusive,
             ask.end,
+            self._segment(job),
         )
 
     def _try_start(self, ask: Ask) -> Failure | None:
@@ -505,7 +546,7 @@ class PlannerCore(ABC):
             )
             self.failures[key] = failure
             return failure
-        if k == 1 and not job.required_nodes:
+        if k == 1 and not job.required_nodes and self._segment(job) is None:
             result = self._start_single(ask)
         else:
             result = self._start_gang(ask)

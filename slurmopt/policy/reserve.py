@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from slurmopt.policy.backfill import INFINITY
 from slurmopt.policy.decisions import Reason, Reservation
+from slurmopt.policy.domains import choose_domains, pick_in_domains, segment_problem
 from slurmopt.policy.placement import choose_leaves
 from slurmopt.policy.planner import Ask, Failure, PlannerCore, Pool
 
@@ -88,6 +89,45 @@ class Reservations(PlannerCore):
                 out[key] = times
         return out
 
+    def _earliest_in_domains(
+        self, when: dict[str, list[tuple[float, str]]], k: int, segment: int
+    ) -> tuple[float, list[str]] | None:
+        """When and where the groups of a domain-asking job are first free, each in one domain."""
+        domain_of = self.fabric.domain_of
+        if segment_problem(k, segment, len(self.fabric.domains())) is not None:
+            return None
+        ready = sorted((at, n) for v in when.values() for at, n in v if domain_of(n) is not None)
+        counts: dict[str, int] = {}
+        groups, start = 0, None
+        for at, name in ready:
+            domain = domain_of(name)
+            assert domain is not None
+            counts[domain] = counts.get(domain, 0) + 1
+            groups += counts[domain] % segment == 0
+            if groups * segment >= k:
+                start = at
+                break
+        if start is None:
+            return None
+        by_domain: dict[str, dict[str, list[str]]] = {}
+        at_of: dict[str, float] = {}
+        for at, name in ready:
+            if at > start:
+                break
+            domain = domain_of(name)
+            assert domain is not None
+            by_domain.setdefault(domain, {}).setdefault(self._leaf(name) or name, []).append(name)
+            at_of[name] = at
+        usable = {d: sum(map(len, leaves.values())) for d, leaves in by_domain.items()}
+        take = choose_domains(usable, k, segment)
+        # Latest-ready nodes first: the earlier ones stay free for backfill.
+        chosen = (
+            None
+            if take is None
+            else pick_in_domains(take, by_domain, self.tiers, lambda n: (-at_of[n], n))
+        )
+        return None if chosen is None else (start, chosen)
+
     def _earliest_block(
         self, ask: Ask, one_leaf: bool | None = None
     ) -> tuple[float, list[str]] | None:
@@ -109,6 +149,9 @@ class Reservations(PlannerCore):
                 return None
             if len(required) >= k:
                 return max(at for at, _ in req), sorted(required)[:k]
+        segment = self._segment(job)
+        if segment is not None and not required:
+            return self._earliest_in_domains(when, k, segment)
         single = one_leaf and self._single_leaf(pool, k, gpus) and not required
         if single or k == 1:
             starts = [v[k - 1][0] for v in when.values() if len(v) >= k]

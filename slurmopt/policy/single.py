@@ -39,6 +39,8 @@ class SingleNodePlacement(PlannerCore):
                 continue
             if self.policy.align_ends:
                 name, f = self._aligned_across(ask, order[i + 1 :], name, f, fits)
+            if self._breaks_domain(name):
+                name = self._in_used_domain(ask, f, fits) or name
             node = self.snapshot.nodes[name]
             need = self._need(job, node)
             self._take_now(name, need, end)
@@ -108,6 +110,19 @@ class SingleNodePlacement(PlannerCore):
             if other_gap is not None and other_gap < best[0]:
                 best = (other_gap, other, other_free)
         return best[1], best[2]
+
+    def _in_used_domain(self, ask: Ask, free: int, fits: Fits) -> str | None:
+        """A node with ``free`` free GPUs the job may take that breaks no whole NVLink domain.
+
+        Whole domains stay free for the jobs that ask for one; the bucket is
+        scanned in its best-fit order, so the first such node is taken.
+        """
+        heap = ask.pool.buckets.get(free, [])
+        free_now = self.timeline.free
+        for _, _, name in sorted(heap):
+            if free_now[name] == free and not self._breaks_domain(name) and fits(name, True):
+                return name
+        return None
 
     def _first_in_bucket(
         self, ask: Ask, free: int, fits: Fits, bound: float = INFINITY

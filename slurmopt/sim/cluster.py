@@ -21,10 +21,12 @@ PREEMPTIBLE_COMMENT = format_comment(JobTag(preemptible=True))
 
 
 def _comment(job: TraceJob) -> str:
-    """The tag ``slurmopt submit`` would give the job (``--preemptible``, ``--elastic``)."""
-    if job.min_nodes is None:
+    """The tag ``slurmopt submit`` would give the job (``--preemptible``, ``--elastic``,
+    ``--nvlink-domain``)."""
+    if job.min_nodes is None and job.domain is None:
         return PREEMPTIBLE_COMMENT if job.preemptible else ""
-    return format_comment(JobTag(preemptible=job.preemptible, elastic=(job.min_nodes, job.nodes)))
+    elastic = None if job.min_nodes is None else (job.min_nodes, job.nodes)
+    return format_comment(JobTag(preemptible=job.preemptible, elastic=elastic, domain=job.domain))
 
 
 class SimulationError(RuntimeError):

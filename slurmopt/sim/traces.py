@@ -86,6 +86,8 @@ class TraceJob:
     preemptible: bool = False
     #: Elastic jobs: the fewest nodes they run on (``nodes`` is the most); None: rigid.
     min_nodes: int | None = None
+    #: Asks for an NVLink domain, as ``#SOPT --nvlink-domain[=SEGMENT]`` (0: all its nodes in one).
+    domain: int | None = None
 
     @property
     def gpus(self) -> int:

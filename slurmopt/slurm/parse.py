@@ -347,6 +347,7 @@ def parse_job(obj: Mapping[str, Any], source: str = "jobs") -> Job:
         # Slurm prints no begin time; a future --begin shows as pending reason BeginTime.
         het_job_id=f.number("het_job_id") or None,
         reservation=f.text("resv_name"),
+        segment_size=f.number("segment_size") or None,  # Slurm 26.05+; 0 means unset
     )
 
 

@@ -34,7 +34,13 @@ from slurmopt.submit.directives import (
     script_directives,
     split_args,
 )
-from slurmopt.tag import JobTag, check_template_name, format_comment, parse_elastic
+from slurmopt.tag import (
+    JobTag,
+    check_template_name,
+    format_comment,
+    parse_elastic,
+    parse_segment,
+)
 from slurmopt.templates import DEFAULT_SIGNAL, SHIPPED, TemplateValues, available, render
 
 #: slurmopt's own options: recognised only when spelled in full, never sent to sbatch.
@@ -42,6 +48,7 @@ OWN_OPTIONS: dict[str, Arity] = {
     "template": Arity.REQUIRED,
     "preemptible": Arity.NONE,
     "elastic": Arity.REQUIRED,
+    "nvlink-domain": Arity.OPTIONAL,
 }
 
 #: The script prefix for slurmopt's own options (sbatch treats these lines as comments).
@@ -306,7 +313,7 @@ def _script_options(text: str, script_name: str) -> tuple[list[Option], list[Opt
             word = " ".join(stray[0].tokens) if stray else split.rest[0]
             raise UsageError(
                 f"{script_name}:{line.lineno}: {word!r} is not a slurmopt option "
-                f"({OWN_PREFIX} lines take only --preemptible, --elastic)"
+                f"({OWN_PREFIX} lines take only --preemptible, --elastic, --nvlink-domain)"
             )
         template = next((o for o in split.options if o.name == "template"), None)
         if template is not None:
@@ -326,11 +333,17 @@ def _own_options(options: Sequence[Option], script_name: str) -> JobTag:
     preemptible = False
     elastic: tuple[int, int] | None = None
     template: str | None = None
+    domain: int | None = None
     for opt in options:
         if opt.name == "preemptible":
             if opt.value is not None:
                 raise UsageError(f"--preemptible takes no value, got {opt.tokens[0]!r}")
             preemptible = True
+        elif opt.name == "nvlink-domain":
+            try:
+                domain = parse_segment(opt.value)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
         elif opt.value is None:
             raise UsageError(f"--{opt.name} needs a value")
         elif opt.name == "elastic":
@@ -345,7 +358,7 @@ def _own_options(options: Sequence[Option], script_name: str) -> JobTag:
                 raise UsageError(str(exc)) from None
     if template is not None and template not in available():
         raise UsageError(f"unknown template {template!r}")
-    return JobTag(preemptible=preemptible, elastic=elastic, template=template)
+    return JobTag(preemptible=preemptible, elastic=elastic, template=template, domain=domain)
 
 
 _FIELDS = {

@@ -355,3 +355,17 @@ def test_modify_passes_everything(ctld: FakeController) -> None:
         check=False,
     )
     assert proc.stdout.strip() == "0", proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("field", "copied"),
+    [("domain", ",domain"), ("domain=2", ",domain=2"), ("domain=0", ""), ("domain=x", "")],
+)
+def test_domain_ask_is_copied_only_when_well_formed(
+    ctld: FakeController, field: str, copied: str
+) -> None:
+    ctld.beat(partitions=())
+    _, _, _, admin, _ = ctld.submit(
+        tres_per_task="gres:gpu:1", min_nodes=4, max_nodes=4, comment=f"slurmopt:managed,{field}"
+    )
+    assert admin == f"slurmopt:managed{copied},held,hb=7"

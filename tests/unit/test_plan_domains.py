@@ -1,0 +1,119 @@
+"""NVLink domains as units of placement: jobs that ask for one, and jobs that keep them whole."""
+
+from __future__ import annotations
+
+from slurmopt.fabric import Fabric
+from slurmopt.fabric.generators import leaf_spine
+from slurmopt.model import Job, Node
+from slurmopt.policy.decisions import Plan
+from slurmopt.policy.domains import choose_domains
+from slurmopt.policy.plan import PlanRequest, Policy, Reason, plan
+from slurmopt.tag import JobTag, format_comment, parse_comment
+from tests.unit.test_plan_helpers import gpu_node, pending, running, snapshot
+
+#: Two NVLink domains of four nodes, each over two leaves of two nodes.
+NVL1 = ("gpu0001", "gpu0002", "gpu0003", "gpu0004")
+NVL2 = ("gpu0005", "gpu0006", "gpu0007", "gpu0008")
+WHOLE = format_comment(JobTag(domain=0))
+
+
+def _fabric() -> Fabric:
+    return leaf_spine(8, 2, nvlink_domain_size=4)
+
+
+def _plan(busy: tuple[str, ...], *pending_jobs: Job, policy: Policy | None = None) -> Plan:
+    nodes: list[Node] = []
+    jobs: list[Job] = list(pending_jobs)
+    for i, name in enumerate(NVL1 + NVL2):
+        nodes.append(gpu_node(name, alloc=8 if name in busy else 0))
+        if name in busy:
+            jobs.append(running(500 + i, [name], ends_in=600))
+    return plan(PlanRequest(snapshot(nodes, jobs), _fabric(), policy or Policy()))
+
+
+def test_fabric_lists_its_domains() -> None:
+    fabric = _fabric()
+    assert dict(fabric.domains()) == {"nvl0001": NVL1, "nvl0002": NVL2}
+    assert fabric.domain_of("gpu0006") == "nvl0002"
+    assert leaf_spine(8, 2).domains() == {}
+
+
+def test_the_tag_carries_the_domain_ask() -> None:
+    assert WHOLE == "slurmopt:managed,domain"
+    assert parse_comment("slurmopt:managed,domain=2")[0] == JobTag(domain=2)
+
+
+def test_domain_job_takes_the_one_whole_domain() -> None:
+    result = _plan(("gpu0001",), pending(1, nodes=4, admin_comment=WHOLE))
+    assert result.actions[0].nodes == NVL2
+
+
+def test_domain_job_waits_with_its_reason_when_both_domains_are_broken() -> None:
+    asks = pending(1, nodes=4, admin_comment=WHOLE)
+    result = _plan(("gpu0001", "gpu0005"), asks, policy=Policy(backfill_depth=0))
+    assert not result.actions
+    assert result.unplaced[0].reason is Reason.NEEDS_NODES_IN_ONE_DOMAIN
+    # The same job without the ask starts at once, spread over both domains.
+    spread = _plan(("gpu0001", "gpu0005"), pending(1, nodes=4), policy=Policy(backfill_depth=0))
+    assert {n[:-1] for n in spread.actions[0].nodes} == {"gpu000"}
+    assert set(spread.actions[0].nodes) - set(NVL1) and set(spread.actions[0].nodes) - set(NVL2)
+
+
+def test_domain_job_reserves_one_whole_domain() -> None:
+    result = _plan(("gpu0001", "gpu0005"), pending(1, nodes=4, admin_comment=WHOLE))
+    (reservation,) = result.reservations
+    assert reservation.reason is Reason.NEEDS_NODES_IN_ONE_DOMAIN
+    assert set(reservation.nodes) in (set(NVL1), set(NVL2))
+
+
+def test_domain_job_waits_on_a_fabric_without_domains() -> None:
+    nodes = [gpu_node(n) for n in NVL1 + NVL2]
+    job = pending(1, nodes=2, admin_comment=WHOLE)
+    result = plan(PlanRequest(snapshot(nodes, [job]), leaf_spine(8, 2)))
+    assert result.unplaced[0].reason is Reason.NEEDS_NODES_IN_ONE_DOMAIN
+    assert "has none" in result.unplaced[0].detail
+
+
+def test_single_node_job_takes_a_node_of_the_broken_domain() -> None:
+    # By name the first free node is gpu0001, which would break the whole domain nvl0001.
+    result = _plan(("gpu0005",), pending(1, nodes=1, gpus=8))
+    assert result.actions[0].nodes[0] in NVL2
+
+
+def test_gang_within_a_leaf_keeps_a_whole_domain_whole() -> None:
+    fabric = Fabric.from_leaf_map({"leaf": NVL1 + NVL2})
+    for name in NVL1 + NVL2:
+        fabric.graph.nodes[name]["domain"] = "a" if name in NVL1 else "b"
+    nodes = [gpu_node(n, alloc=8 if n == "gpu0005" else 0) for n in NVL1 + NVL2]
+    jobs = [running(9, ["gpu0005"]), pending(1, nodes=2)]
+    result = plan(PlanRequest(snapshot(nodes, jobs), fabric))
+    assert set(result.actions[0].nodes) <= set(NVL2)
+
+
+def test_segments_each_inside_one_domain() -> None:
+    tagged = pending(1, nodes=4, admin_comment=format_comment(JobTag(domain=2)))
+    result = _plan(("gpu0001", "gpu0005"), tagged)
+    chosen = result.actions[0].nodes
+    assert len(set(chosen) & set(NVL1)) == 2 and len(set(chosen) & set(NVL2)) == 2
+
+
+def test_slurm_segment_size_is_read_as_a_constraint() -> None:
+    result = _plan(("gpu0001", "gpu0005"), pending(1, nodes=6, segment_size=3))
+    assert len(set(result.actions[0].nodes) & set(NVL1)) == 3
+    # Three segments of two do not fit: each domain holds one, as it has three free.
+    waits = _plan(
+        ("gpu0001", "gpu0005"), pending(1, nodes=6, segment_size=2), policy=Policy(backfill_depth=0)
+    )
+    assert waits.unplaced[0].reason is Reason.NEEDS_NODES_IN_ONE_DOMAIN
+
+
+def test_segment_that_does_not_divide_the_job_waits() -> None:
+    result = _plan((), pending(1, nodes=4, segment_size=3), policy=Policy(backfill_depth=0))
+    assert result.unplaced[0].reason is Reason.NEEDS_NODES_IN_ONE_DOMAIN
+    assert "does not divide" in result.unplaced[0].detail
+
+
+def test_choose_domains_prefers_the_tightest_then_the_fewest() -> None:
+    assert choose_domains({"a": 8, "b": 5, "c": 4}, 4, 4) == (("c", 4),)
+    assert choose_domains({"a": 3, "b": 3}, 4, 4) is None
+    assert choose_domains({"a": 6, "b": 3, "c": 2}, 8, 2) == (("a", 6), ("c", 2))
