@@ -21,10 +21,12 @@ from slurmopt.errors import SlurmUnavailable
 from slurmopt.signals import DEFAULT_SIGNAL
 from slurmopt.submit import (
     NO_PLUGIN_WARNING,
+    OptionTable,
     build_submission,
     has_submit_plugin,
     parse_command_line,
     reads_stdin,
+    table_for,
     template_of,
     wants_help,
 )
@@ -71,7 +73,8 @@ class _VerbatimCommand(click.Command):
 )
 @click.pass_context
 def submit(ctx: click.Context, args: Sequence[str]) -> None:
-    parsed = parse_command_line(args)
+    table = sbatch_option_table()
+    parsed = parse_command_line(args, table)
     if wants_help(parsed):
         click.echo(ctx.get_help())
         return
@@ -90,7 +93,7 @@ def submit(ctx: click.Context, args: Sequence[str]) -> None:
         from slurmopt.config import load_config
 
         signal = load_config().preempt_signal  # the template traps what the daemon sends
-    submission = build_submission(args, script_text, script_name, signal)
+    submission = build_submission(args, script_text, script_name, signal, table)
     if not submission.info_only and _plugin_missing():
         click.echo(NO_PLUGIN_WARNING, err=True)
     if submission.script_text is not None:
@@ -126,6 +129,34 @@ def _plugin_missing() -> bool:
     return proc.returncode == 0 and not has_submit_plugin(proc.stdout)
 
 
+def sbatch_option_table() -> OptionTable:
+    """The option table of the sbatch that will run, by ``sbatch --version``.
+
+    An answer naming no release we ship a table for gets the newest table
+    and one warning line on stderr.
+    """
+    binary = os.environ.get(SBATCH_ENV, "sbatch")
+    try:
+        proc = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=15, check=False
+        )
+        answer = proc.stdout if proc.returncode == 0 else ""
+    except OSError as exc:
+        raise _cannot_run(binary, exc) from None
+    except subprocess.TimeoutExpired:
+        answer = ""
+    table, warning = table_for(answer)
+    if warning is not None:
+        click.echo(warning, err=True)
+    return table
+
+
+def _cannot_run(binary: str, exc: OSError) -> SlurmUnavailable:
+    if isinstance(exc, FileNotFoundError):
+        return SlurmUnavailable(f"{binary} not found; is Slurm installed?")
+    return SlurmUnavailable(f"cannot run {binary}: {exc.strerror}")
+
+
 def run_sbatch(args: Sequence[str], stdin_data: bytes | None) -> NoReturn:
     """Become sbatch (exec), or run it with the script on stdin; its exit status is ours."""
     binary = os.environ.get(SBATCH_ENV, "sbatch")
@@ -136,9 +167,7 @@ def run_sbatch(args: Sequence[str], stdin_data: bytes | None) -> NoReturn:
         if stdin_data is None:
             os.execvp(binary, argv)
         proc = subprocess.run(argv, input=stdin_data, check=False)
-    except FileNotFoundError:
-        raise SlurmUnavailable(f"{binary} not found; is Slurm installed?") from None
-    except PermissionError as exc:
-        raise SlurmUnavailable(f"cannot run {binary}: {exc.strerror}") from None
+    except OSError as exc:
+        raise _cannot_run(binary, exc) from None
     code = proc.returncode
     sys.exit(code if code >= 0 else 128 - code)

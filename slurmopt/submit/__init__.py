@@ -26,14 +26,15 @@ from dataclasses import dataclass, field
 
 from slurmopt.errors import UsageError
 from slurmopt.submit.directives import (
-    Arity,
     DirectiveError,
     Option,
     ParsedArgs,
+    UnknownOption,
     join_tokens,
     script_directives,
     split_args,
 )
+from slurmopt.submit.options import NO_OPTIONS, Arity, OptionTable, newest_table, table_for
 from slurmopt.tag import (
     JobTag,
     check_template_name,
@@ -104,9 +105,30 @@ class Submission:
         return format_comment(self.request.tag, self.request.comment)
 
 
-def parse_command_line(args: Sequence[str]) -> ParsedArgs:
-    """Split ``slurmopt submit``'s words as sbatch would, knowing slurmopt's own options too."""
-    return split_args(args, extra_long=OWN_OPTIONS, exact_only=OWN_OPTIONS)
+def parse_command_line(args: Sequence[str], table: OptionTable | None = None) -> ParsedArgs:
+    """Split ``slurmopt submit``'s words as sbatch ``table.release`` would, with slurmopt's own.
+
+    An option that release's sbatch lacks is a :class:`UsageError` naming
+    it: guessing whether it takes a value would move the script.
+    """
+    sbatch = table or newest_table()
+    try:
+        return split_args(args, sbatch, extra_long=OWN_OPTIONS, exact_only=OWN_OPTIONS)
+    except UnknownOption as exc:
+        raise unknown_option_error(exc, sbatch) from None
+
+
+def unknown_option_error(exc: UnknownOption, table: OptionTable, where: str = "") -> UsageError:
+    """The one-line error for a word that is no option of this sbatch (``where``: a script line)."""
+    if exc.matches:
+        could = ", ".join(f"--{name}" for name in exc.matches)
+        return UsageError(f"{where}ambiguous sbatch option {exc.word!r}: {could}")
+    spelled = exc.word.removeprefix("--")
+    own = [n for n in OWN_OPTIONS if exc.word.startswith("--") and n.startswith(spelled)]
+    hint = f" (slurmopt's --{own[0]} is spelled in full)" if own else ""
+    return UsageError(
+        f"{where}unknown sbatch option {exc.word!r} for Slurm {table.release}{hint}"
+    )
 
 
 def wants_help(parsed: ParsedArgs) -> bool:
@@ -128,7 +150,7 @@ def reads_stdin(parsed: ParsedArgs) -> bool:
 
 def template_of(parsed: ParsedArgs) -> str | None:
     """The ``--template NAME`` given on the command line, if any (the last one wins)."""
-    names = [o.value for o in parsed.options if o.name == "template" and o.known and o.value]
+    names = [o.value for o in parsed.options if o.name == "template" and o.value]
     return names[-1] if names else None
 
 
@@ -246,32 +268,36 @@ def build_submission(
     script_text: str | None = None,
     script_name: str = "-",
     signal: str = DEFAULT_SIGNAL,
+    table: OptionTable | None = None,
 ) -> Submission:
     """The sbatch argument list for ``slurmopt submit ARGS``, given the script's text.
 
     ``script_text`` is None when there is no script to read (``--wrap``, or
     a script sbatch will fail to open with its own message).  ``signal`` is
     the site's preemption signal (``preempt_signal``), which a template
-    traps: the one the daemon sends.  Raises
-    :class:`UsageError` for slurmopt's own bad options; sbatch's options are
-    never judged here, sbatch does that.
+    traps: the one the daemon sends.  ``table`` is the options of the sbatch
+    that will run (default: the newest release's).  Raises
+    :class:`UsageError` for slurmopt's own bad options and for an option
+    that sbatch lacks; sbatch's option values are never judged here, sbatch
+    does that.
     """
-    parsed = parse_command_line(args)
+    sbatch = table or newest_table()
+    parsed = parse_command_line(args, sbatch)
     info_only = is_info_only(parsed)
     script_opts: list[Option] = []
     own_script_opts: list[Option] = []
     if script_text is not None and not info_only:
-        script_opts, own_script_opts = _script_options(script_text, script_name)
+        script_opts, own_script_opts = _script_options(script_text, script_name, sbatch)
 
     first = [o for o in parsed.options if o.component == 0]
-    own_cli = [o for o in parsed.options if o.name in OWN_OPTIONS and o.known]
+    own_cli = [o for o in parsed.options if o.name in OWN_OPTIONS]
     tag = _own_options(own_script_opts + own_cli, script_name)
     request = _merge(script_opts + first, tag, parsed)
 
     kept = [
         o
         for o in parsed.options
-        if not (o.name in OWN_OPTIONS and o.known)
+        if o.name not in OWN_OPTIONS
         and not (o.component == 0 and o.name == "comment" and o.value is not None)
     ]
     if request.tag.template is not None and not info_only:
@@ -287,7 +313,9 @@ def build_submission(
     )
 
 
-def _script_options(text: str, script_name: str) -> tuple[list[Option], list[Option]]:
+def _script_options(
+    text: str, script_name: str, table: OptionTable
+) -> tuple[list[Option], list[Option]]:
     """The script's sbatch options, and its slurmopt options (from ``#SOPT`` lines)."""
     try:
         sbatch_lines = script_directives(text, "#SBATCH")
@@ -296,9 +324,13 @@ def _script_options(text: str, script_name: str) -> tuple[list[Option], list[Opt
         raise UsageError(f"{script_name}:{exc.lineno}: {exc}") from None
     sbatch_opts: list[Option] = []
     for line in sbatch_lines:
-        split = split_args(line.words, extra_long=OWN_OPTIONS, exact_only=OWN_OPTIONS)
+        where = f"{script_name}:{line.lineno}: "
+        try:
+            split = split_args(line.words, table, extra_long=OWN_OPTIONS, exact_only=OWN_OPTIONS)
+        except UnknownOption as exc:
+            raise unknown_option_error(exc, table, where) from None
         for opt in split.options:
-            if opt.name in OWN_OPTIONS and opt.known:
+            if opt.name in OWN_OPTIONS:
                 shown = " ".join(opt.tokens)
                 raise UsageError(
                     f"{script_name}:{line.lineno}: {shown} is a slurmopt option, which sbatch "
@@ -307,10 +339,13 @@ def _script_options(text: str, script_name: str) -> tuple[list[Option], list[Opt
             sbatch_opts.append(opt)
     own_opts: list[Option] = []
     for line in own_lines:
-        split = split_args(line.words, extra_long=OWN_OPTIONS, exact_only=OWN_OPTIONS)
-        stray = [o for o in split.options if not (o.name in OWN_OPTIONS and o.known)]
-        if stray or split.rest:
-            word = " ".join(stray[0].tokens) if stray else split.rest[0]
+        try:
+            split = split_args(line.words, NO_OPTIONS, OWN_OPTIONS, exact_only=OWN_OPTIONS)
+            stray = split.rest[0] if split.rest else None
+        except UnknownOption as exc:
+            stray = exc.word
+        if stray is not None:
+            word = stray
             raise UsageError(
                 f"{script_name}:{line.lineno}: {word!r} is not a slurmopt option "
                 f"({OWN_PREFIX} lines take only --preemptible, --elastic, --nvlink-domain)"
@@ -382,8 +417,6 @@ def _merge(options: Sequence[Option], tag: JobTag, parsed: ParsedArgs) -> Submit
     values: dict[str, str] = {}
     hold = parsable = False
     for opt in options:
-        if not opt.known:
-            continue
         if opt.name in _FIELDS and opt.value is not None:
             values[_FIELDS[opt.name]] = opt.value
         elif opt.name == "hold":
@@ -430,14 +463,17 @@ __all__ = [
     "NO_PLUGIN_WARNING",
     "OWN_OPTIONS",
     "OWN_PREFIX",
+    "OptionTable",
     "TEMPLATES",
     "SubmitRequest",
     "Submission",
     "build_submission",
+    "unknown_option_error",
     "has_submit_plugin",
     "is_info_only",
     "parse_command_line",
     "reads_stdin",
+    "table_for",
     "template_of",
     "wants_help",
 ]

@@ -14,65 +14,32 @@ are, never what they mean.  That takes two things sbatch itself does:
   as sbatch's own tokenizer treats them, and an unquoted ``#`` ending the
   line.
 
-The option table records, for each sbatch 22.05 option, only whether it
-takes a value; it was read off the real ``sbatch`` (getopt's own "requires
-an argument" / "doesn't allow an argument" answers), not from the manual,
-which is incomplete.
+The option tables (:mod:`slurmopt.submit.options`, one per Slurm release)
+record only whether each option takes a value and its short letter.  An
+option the table lacks raises :class:`UnknownOption` rather than being
+guessed at.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from enum import Enum
+
+from slurmopt.submit.options import Arity, OptionTable, newest_table
 
 
-class Arity(Enum):
-    """Whether an option takes a value, as ``struct option.has_arg`` says."""
+class UnknownOption(ValueError):
+    """A word that looks like an option the release's sbatch does not have (or an ambiguous prefix).
 
-    NONE = "none"
-    REQUIRED = "required"
-    OPTIONAL = "optional"  # only ever attached: ``--exclusive=user``, ``-kfoo``
+    Splitting on past it would guess whether it takes a value, and a wrong
+    guess moves the script: so the caller stops with this, naming the word.
+    """
 
+    def __init__(self, word: str, matches: Sequence[str] = ()) -> None:
+        self.word = word
+        self.matches = tuple(matches)
+        super().__init__(word)
 
-_NONE = (
-    "contiguous", "help", "hold", "ignore-pbs", "no-requeue", "overcommit", "oversubscribe",
-    "parsable", "quiet", "reboot", "requeue", "spread-job", "test-only", "usage",
-    "use-min-nodes", "verbose", "version", "wait",
-)  # fmt: skip
-_OPTIONAL = ("exclusive", "get-user-env", "nice", "no-kill", "propagate")
-_REQUIRED = (
-    "account", "acctg-freq", "array", "batch", "bb", "bbf", "begin", "chdir",
-    "cluster-constraint", "clusters", "comment", "constraint", "container", "core-spec",
-    "cores-per-socket", "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot",
-    "dependency", "distribution", "error", "exclude", "export", "export-file", "extra-node-info",
-    "gid", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node", "gpus-per-socket", "gpus-per-task",
-    "gres", "gres-flags", "hint", "input", "job-name", "kill-on-invalid-dep", "licenses",
-    "mail-type", "mail-user", "mcs-label", "mem", "mem-bind", "mem-per-cpu", "mem-per-gpu",
-    "mincpus", "network", "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core",
-    "ntasks-per-gpu", "ntasks-per-node", "ntasks-per-socket", "open-mode", "output", "partition",
-    "power", "prefer", "priority", "profile", "qos", "reservation", "signal", "sockets-per-node",
-    "switches", "thread-spec", "threads-per-core", "time", "time-min", "tmp", "uid",
-    "wait-all-nodes", "wckey", "wrap",
-)  # fmt: skip
-
-#: sbatch 22.05's long options and whether each takes a value.
-SBATCH_LONG_OPTIONS: dict[str, Arity] = {
-    **{n: Arity.NONE for n in _NONE},
-    **{n: Arity.OPTIONAL for n in _OPTIONAL},
-    **{n: Arity.REQUIRED for n in _REQUIRED},
-}
-
-#: sbatch's short options, by the long option each stands for.
-SBATCH_SHORT_OPTIONS: dict[str, str] = {
-    "a": "array", "A": "account", "b": "begin", "B": "extra-node-info", "c": "cpus-per-task",
-    "C": "constraint", "d": "dependency", "D": "chdir", "e": "error", "F": "nodefile",
-    "G": "gpus", "h": "help", "H": "hold", "i": "input", "J": "job-name", "k": "no-kill",
-    "L": "licenses", "m": "distribution", "M": "clusters", "n": "ntasks", "N": "nodes",
-    "o": "output", "O": "overcommit", "p": "partition", "q": "qos", "Q": "quiet",
-    "s": "oversubscribe", "S": "core-spec", "t": "time", "v": "verbose", "V": "version",
-    "w": "nodelist", "W": "wait", "x": "exclude",
-}  # fmt: skip
 
 #: What separates the option groups of a heterogeneous job: ``sbatch -N1 : -N2 job.sh``.
 HETJOB_SEPARATOR = ":"
@@ -84,16 +51,13 @@ class Option:
 
     ``tokens`` are the exact words it occupied, so it can be passed on
     verbatim (for a cluster such as ``-HN2``, all on its first option);
-    ``name`` is the full long name (``partition`` for ``-p`` or ``--part``),
-    or the spelling as written when sbatch has no such option (sbatch will
-    reject it with its own message).  ``component`` counts the
-    heterogeneous-job groups before it.
+    ``name`` is the full long name (``partition`` for ``-p`` or ``--part``).
+    ``component`` counts the heterogeneous-job groups before it.
     """
 
     name: str
     value: str | None
     tokens: tuple[str, ...]
-    known: bool = True
     component: int = 0
 
 
@@ -119,29 +83,39 @@ class ParsedArgs:
         return tuple(words[1:])
 
 
-def resolve_long(name: str, table: dict[str, Arity]) -> str | None:
-    """The long option ``name`` means, as getopt_long resolves it: exact, else a unique prefix."""
-    if name in table:
-        return name
-    matches = [full for full in table if full.startswith(name)]
+def prefix_matches(name: str, table: Iterable[str]) -> list[str]:
+    """The long options ``name`` could mean, as getopt_long resolves it: exact, else prefixes."""
+    names = list(table)
+    if name in names:
+        return [name]
+    return sorted(full for full in names if full.startswith(name))
+
+
+def resolve_long(name: str, table: Iterable[str]) -> str | None:
+    """The one long option ``name`` means, or None (no such option, or an ambiguous prefix)."""
+    matches = prefix_matches(name, table)
     return matches[0] if len(matches) == 1 else None
 
 
 def split_args(
     argv: Sequence[str],
+    table: OptionTable | None = None,
     extra_long: dict[str, Arity] | None = None,
     exact_only: Iterable[str] = (),
 ) -> ParsedArgs:
     """Split ``argv`` into options and the script with its arguments, as sbatch does.
 
+    ``table`` is the sbatch release's options (default: the newest shipped);
     ``extra_long`` adds options sbatch does not have (slurmopt's own);
     names in ``exact_only`` are recognised only when spelled in full, so
-    that an abbreviation keeps meaning what it means to sbatch.
+    that an abbreviation keeps meaning what it means to sbatch.  Raises
+    :class:`UnknownOption` for an option (before the script) that is in
+    neither, or an ambiguous abbreviation.
     """
-    table = dict(SBATCH_LONG_OPTIONS)
+    sbatch = table or newest_table()
+    long = {**sbatch.long, **(extra_long or {})}
     exact = set(exact_only)
-    table.update(extra_long or {})
-    abbreviable = {n: a for n, a in table.items() if n not in exact}
+    abbreviable = [n for n in long if n not in exact]
     options: list[Option] = []
     component = 0
     i = 0
@@ -149,67 +123,66 @@ def split_args(
         word = argv[i]
         if word == "--" or word == "-" or not word.startswith("-"):
             if word == HETJOB_SEPARATOR:
-                options.append(Option(HETJOB_SEPARATOR, None, (word,), True, component))
+                options.append(Option(HETJOB_SEPARATOR, None, (word,), component))
                 component += 1
                 i += 1
                 continue
             return ParsedArgs(tuple(options), tuple(argv[i:]))
         if word.startswith("--"):
             spelled, eq, attached = word[2:].partition("=")
-            name = spelled if spelled in exact else resolve_long(spelled, abbreviable)
-            if name is None:
-                options.append(Option(spelled, attached if eq else None, (word,), False, component))
-                i += 1
-                continue
-            arity = table[name]
+            matches = [spelled] if spelled in exact else prefix_matches(spelled, abbreviable)
+            if len(matches) != 1:
+                raise UnknownOption(word.partition("=")[0], matches)
+            name = matches[0]
+            arity = long[name]
             if eq:
-                options.append(Option(name, attached, (word,), True, component))
+                options.append(Option(name, attached, (word,), component))
                 i += 1
             elif arity is Arity.REQUIRED and i + 1 < len(argv):
-                options.append(Option(name, argv[i + 1], (word, argv[i + 1]), True, component))
+                options.append(Option(name, argv[i + 1], (word, argv[i + 1]), component))
                 i += 2
             else:
-                options.append(Option(name, None, (word,), True, component))
+                options.append(Option(name, None, (word,), component))
                 i += 1
             continue
-        i = _split_short(argv, i, component, options)
+        i = _split_short(argv, i, component, options, sbatch)
     return ParsedArgs(tuple(options), ())
 
 
-def _split_short(argv: Sequence[str], i: int, component: int, out: list[Option]) -> int:
+def _split_short(
+    argv: Sequence[str], i: int, component: int, out: list[Option], table: OptionTable
+) -> int:
     """Split one ``-abc`` cluster; returns the index of the next word.
 
     The cluster's words go, verbatim, with its first option (the others get
     none), so that passing the options on rebuilds ``-HN2`` and not ``-H -N2``.
     """
     word = argv[i]
-    parts: list[tuple[str, str | None, bool]] = []  # (name, value, known)
+    parts: list[tuple[str, str | None]] = []  # (name, value)
     consumed = i + 1
     j = 1
     while j < len(word):
         letter = word[j]
-        long_name = SBATCH_SHORT_OPTIONS.get(letter)
+        long_name = table.short.get(letter)
         if long_name is None:
-            parts.append((f"-{letter}", None, False))
-            j += 1
-            continue
-        arity = SBATCH_LONG_OPTIONS[long_name]
+            raise UnknownOption(f"-{letter}")
+        arity = table.long[long_name]
         attached = word[j + 1 :]
         if arity is Arity.NONE:
-            parts.append((long_name, None, True))
+            parts.append((long_name, None))
             j += 1
             continue
         if attached:
-            parts.append((long_name, attached, True))
+            parts.append((long_name, attached))
         elif arity is Arity.REQUIRED and i + 1 < len(argv):
-            parts.append((long_name, argv[i + 1], True))
+            parts.append((long_name, argv[i + 1]))
             consumed = i + 2
         else:
-            parts.append((long_name, None, True))
+            parts.append((long_name, None))
         break
     tokens = tuple(argv[i:consumed])
-    for k, (name, value, known) in enumerate(parts):
-        out.append(Option(name, value, tokens if k == 0 else (), known, component))
+    for k, (name, value) in enumerate(parts):
+        out.append(Option(name, value, tokens if k == 0 else (), component))
     return consumed
 
 

@@ -21,7 +21,10 @@ from typing import Any
 
 import pytest
 
+from slurmopt.slurm.cli import version_tuple
+from slurmopt.slurm.sbatch_probe import probe
 from slurmopt.submit import NO_PLUGIN_WARNING, has_submit_plugin
+from slurmopt.submit.options import tables
 from slurmopt.tag import JobTag, parse_comment
 from tests.sandbox import SlurmSandbox
 
@@ -41,6 +44,7 @@ sleep 1
 #SBATCH --time=1
 """
 PLAIN = "#!/bin/sh\nsleep 1\n"
+TAGGED = "#!/bin/sh\n#SBATCH -p gpu -N 2\n#SOPT --preemptible\nsleep 1\n"
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class Case:
     own: list[str] = field(default_factory=list)  # given to slurmopt only
     ok: bool = True
     tag: JobTag = JobTag()
+    since: tuple[int, int] = (0, 0)  # the first Slurm release whose sbatch has the options
 
 
 CASES = [
@@ -67,7 +72,14 @@ CASES = [
     Case("parsable", ["--parsable", "--hold", "-J", "p", "job.sh"]),
     Case("wrap", ["--hold", "--wrap", "sleep 1", "-N", "2"], None),
     Case("stdin", ["--hold", "-J", "piped"], JOB, stdin=True, tag=JobTag(preemptible=True)),
-    Case("bad-flag", ["--no-such-flag", "--hold", "job.sh"], ok=False),
+    Case("tres-per-task", ["--tres-per-task", "gres/gpu:1", "--hold", "job.sh"], TAGGED,
+         tag=JobTag(preemptible=True), since=(24, 11)),
+    Case("segment", ["--segment", "1", "--hold", "job.sh"], TAGGED, tag=JobTag(preemptible=True),
+         since=(24, 11)),
+    Case("gres-flags", ["--gres-flags=enforce-binding", "--gres=gpu:2", "--hold", "job.sh"],
+         TAGGED, tag=JobTag(preemptible=True)),
+    Case("gpus-per-task", ["--gpus-per-task", "1", "-n2", "--hold", "job.sh"], TAGGED,
+         tag=JobTag(preemptible=True)),
     Case("bad-partition", ["-p", "nosuch", "--hold", "job.sh"], ok=False),
     Case("missing-script", ["--hold", "missing.sh"], None, ok=False),
     Case("bad-directive", ["--hold", "job.sh"], "#!/bin/sh\n#SBATCH --nodes=x\ntrue\n", ok=False),
@@ -97,7 +109,10 @@ def _job_id(stdout: str) -> int:
 def _jobs(slurm: SlurmSandbox, ids: set[int]) -> dict[int, dict[str, Any]]:
     """What Slurm recorded for these jobs (squeue --json on 22.05 ignores -j: filter here)."""
     data = json.loads(slurm.run("squeue", "--json"))
-    keys = ("partition", "node_count", "tres_per_node", "time_limit", "name", "comment")
+    keys = (
+        "partition", "node_count", "tres_per_node", "tres_per_task", "segment_size",
+        "time_limit", "name", "comment",
+    )  # fmt: skip
     return {
         j["job_id"]: {k: _plain(j.get(k)) for k in keys} for j in data["jobs"] if j["job_id"] in ids
     }
@@ -115,13 +130,20 @@ def plugin_present(slurm_cluster: SlurmSandbox) -> bool:
     return has_submit_plugin(slurm_cluster.run("scontrol", "show", "config"))
 
 
+@pytest.fixture(scope="module")
+def release(slurm_cluster: SlurmSandbox) -> tuple[int, int]:
+    """The Slurm release of the sandbox's sbatch."""
+    return version_tuple(slurm_cluster.run("sbatch", "--version"))
+
+
 def test_side_by_side_with_sbatch(
-    slurm: SlurmSandbox, tmp_path: Path, plugin_present: bool
+    slurm: SlurmSandbox, tmp_path: Path, plugin_present: bool, release: tuple[int, int]
 ) -> None:
     slurmopt = _slurmopt()
     env = {k: v for k, v in slurm.env.items() if not k.startswith("SBATCH_")}
     pairs: list[tuple[Case, int, int]] = []
-    for case in CASES:
+    cases = [c for c in CASES if release >= c.since]
+    for case in cases:
         cwd = tmp_path / case.id
         cwd.mkdir()
         if case.script is not None and not case.stdin:
@@ -143,7 +165,7 @@ def test_side_by_side_with_sbatch(
         if case.ok:
             pairs.append((case, _job_id(ref.stdout), _job_id(got.stdout)))
 
-    assert len(pairs) == sum(c.ok for c in CASES)
+    assert len(pairs) == sum(c.ok for c in cases)
     jobs = _jobs(slurm, {i for _, a, b in pairs for i in (a, b)})
     for case, ref_id, got_id in pairs:
         ref_job, got_job = dict(jobs[ref_id]), dict(jobs[got_id])
@@ -167,17 +189,31 @@ def test_directives_after_the_first_command_are_ignored_by_both(
     assert len(jobs) == 2
 
 
+def _table_name(release: tuple[int, int]) -> str:
+    return f"{release[0]}.{release[1]:02d}"
+
+
 @pytest.mark.parametrize(
     ("own", "message"),
     [
         (["--elastic", "0:2"], "slurmopt: --elastic MIN must be at least 1, got '0:2'"),
         (["--elastic", "3:2"], "slurmopt: --elastic MIN must not exceed MAX, got '3:2'"),
         (["--template", "nope"], "slurmopt: unknown template 'nope'"),
+        (["--no-such-flag"], "slurmopt: unknown sbatch option '--no-such-flag' for Slurm {}"),
+        (["--segment", "4", "--template", "single-node"],
+         "slurmopt: unknown sbatch option '--segment' for Slurm {}"),
     ],
-)
-def test_own_bad_options_never_reach_sbatch(
-    slurm: SlurmSandbox, tmp_path: Path, own: list[str], message: str
+)  # fmt: skip
+def test_bad_options_never_reach_sbatch(
+    slurm: SlurmSandbox,
+    tmp_path: Path,
+    own: list[str],
+    message: str,
+    release: tuple[int, int],
 ) -> None:
+    if "--segment" in own and "segment" in tables()[_table_name(release)].long:
+        return  # the release's sbatch has --segment: the side-by-side cases submit it
+    message = message.format(_table_name(release))
     (tmp_path / "job.sh").write_text(PLAIN)
     before = slurm.run("squeue", "-h", "-o", "%i").split()
     got = _submit([_slurmopt(), "submit", *own, "--hold", "job.sh"], tmp_path, slurm.env, None)
@@ -185,3 +221,12 @@ def test_own_bad_options_never_reach_sbatch(
     assert got.stdout == ""
     assert got.stderr == message + "\n"
     assert slurm.run("squeue", "-h", "-o", "%i").split() == before
+
+
+def test_option_table_is_the_live_sbatchs(slurm: SlurmSandbox, release: tuple[int, int]) -> None:
+    """The shipped table of this release is what its sbatch's getopt answers today."""
+    live = probe(["sbatch"])  # the sandbox's, through the PATH and SLURM_CONF it set
+    shipped = tables()[_table_name(release)]
+    assert live.release == shipped.release
+    assert dict(live.long) == dict(shipped.long)
+    assert dict(live.short) == dict(shipped.short)

@@ -390,3 +390,16 @@ def test_errors_are_one_line() -> None:
     with pytest.raises(SlurmResponseError) as info:
         parse.load_json("<html>\n<body>bad gateway</body>\n</html>", "slurmrestd /jobs")
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11", "26.05"])
+def test_hold_field_wins_where_the_release_has_it(release: str) -> None:
+    """24.11+ say ``hold`` outright; 22.05 only shows priority 0 and a JobHeld* reason."""
+    jobs = {j["job_id"]: j for j in _doc(f"{release}/squeue.json")["jobs"]}
+    held, pending = jobs[2], jobs[5]
+    assert ("hold" in held) is (release != "22.05")
+    assert parse.parse_job(held).held and not parse.parse_job(pending).held
+    relabelled = parse.parse_job({**held, "state_reason": "Priority"})
+    assert relabelled.held is (release != "22.05")  # the field, not the reason, where present
+    if release != "22.05":
+        assert not parse.parse_job({**pending, "state_reason": "JobHeldUser", "hold": False}).held

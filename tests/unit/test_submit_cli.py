@@ -16,6 +16,7 @@ from slurmopt.submit import NO_PLUGIN_WARNING
 
 FAKE_SBATCH = """#!/bin/sh
 # Records how it was called, then answers like sbatch would.
+if [ "$*" = --version ]; then echo "slurm-wlm ${FAKE_VERSION:-22.05.8}"; exit 0; fi
 python3 - "$@" <<'EOF'
 import json, os, sys
 json.dump({"argv": sys.argv[1:]}, open(os.environ["FAKE_RECORD"], "w"))
@@ -121,6 +122,9 @@ def test_script_on_stdin_reaches_sbatch_unchanged(
         (["--elastic", "4:2", "job.sh"], "slurmopt: --elastic MIN must not exceed MAX, got '4:2'"),
         (["--elastic=x", "job.sh"], "slurmopt: --elastic needs MIN:MAX (two whole numbers)"),
         (["--template", "big", "job.sh"], "slurmopt: unknown template 'big'"),
+        (["--segment", "4", "job.sh"], "slurmopt: unknown sbatch option '--segment' for Slurm"),
+        (["-N2", "-HY", "job.sh"], "slurmopt: unknown sbatch option '-Y' for Slurm 22.05"),
+        (["--s", "4", "job.sh"], "slurmopt: ambiguous sbatch option '--s': --signal, "),
     ],
 )
 def test_own_bad_options_exit_2_with_one_line_and_no_sbatch(
@@ -162,3 +166,25 @@ def test_help_after_the_script_belongs_to_the_script(monkeypatch: pytest.MonkeyP
     result = CliRunner().invoke(cli, ["submit", "--wrap", "true", "--", "x", "--help"])
     assert result.exit_code == 0, result.output
     assert called == [(["--comment=slurmopt:managed", "--wrap", "true", "--", "x", "--help"], None)]
+
+
+def test_the_table_follows_the_sbatch_release(fake_slurm: dict[str, str], tmp_path: Path) -> None:
+    env = {**fake_slurm, "FAKE_VERSION": "24.11.5", "FAKE_PLUGINS": "lua"}
+    proc = _run(["--segment", "4", "job.sh", "--segment"], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == b""
+    comment = "--comment=slurmopt:managed | from script"
+    assert _recorded(fake_slurm) == [comment, "--segment", "4", "job.sh", "--segment"]
+
+
+def test_an_unknown_release_gets_the_newest_table_and_a_warning(
+    fake_slurm: dict[str, str], tmp_path: Path
+) -> None:
+    env = {**fake_slurm, "FAKE_VERSION": "99.11.0", "FAKE_PLUGINS": "lua"}
+    proc = _run(["--requeue=expedite", "job.sh"], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.decode().splitlines() == [
+        "slurmopt: warning: no sbatch option table for Slurm 99.11; "
+        "reading the command line as sbatch 26.05 would"
+    ]
+    assert _recorded(fake_slurm) is not None

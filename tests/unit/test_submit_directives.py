@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import pytest
 
+from slurmopt.errors import UsageError
 from slurmopt.submit import OWN_OPTIONS, parse_command_line
 from slurmopt.submit.directives import (
-    SBATCH_LONG_OPTIONS,
-    SBATCH_SHORT_OPTIONS,
-    Arity,
     DirectiveError,
+    UnknownOption,
     join_tokens,
     resolve_long,
     script_directives,
     split_args,
     split_directive,
 )
+from slurmopt.submit.options import Arity, tables
+
+LONG = tables()["22.05"].long
 
 
 @pytest.mark.parametrize(
@@ -110,16 +112,28 @@ def test_short_cluster_keeps_its_words() -> None:
 
 
 def test_long_options_resolve_unique_prefixes_like_getopt_long() -> None:
-    assert resolve_long("part", SBATCH_LONG_OPTIONS) == "partition"
-    assert resolve_long("time", SBATCH_LONG_OPTIONS) == "time"  # exact beats time-min
-    assert resolve_long("gpu", SBATCH_LONG_OPTIONS) is None  # ambiguous
-    assert resolve_long("nosuch", SBATCH_LONG_OPTIONS) is None
+    assert resolve_long("part", LONG) == "partition"
+    assert resolve_long("time", LONG) == "time"  # exact beats time-min
+    assert resolve_long("gpu", LONG) is None  # ambiguous
+    assert resolve_long("nosuch", LONG) is None
 
 
-def test_unknown_options_pass_through_unknown() -> None:
-    parsed = split_args(["--bogus=1", "-Z", "job.sh"])
-    assert [(o.name, o.known) for o in parsed.options] == [("bogus", False), ("-Z", False)]
-    assert join_tokens(parsed.options) == ["--bogus=1", "-Z"]
+@pytest.mark.parametrize(
+    ("argv", "word", "matches"),
+    [
+        (["--bogus=1", "job.sh"], "--bogus", ()),
+        (["-p", "gpu", "-Z", "job.sh"], "-Z", ()),
+        (["-HZ", "job.sh"], "-Z", ()),
+        (["--gpu=1", "job.sh"], "--gpu", ("gpu-bind", "gpu-freq", "gpus", "gpus-per-node")),
+    ],
+)
+def test_unknown_or_ambiguous_options_stop_the_split(
+    argv: list[str], word: str, matches: tuple[str, ...]
+) -> None:
+    with pytest.raises(UnknownOption) as caught:
+        split_args(argv)
+    assert caught.value.word == word
+    assert caught.value.matches[: len(matches)] == matches
 
 
 def test_hetjob_separator_counts_components() -> None:
@@ -140,23 +154,27 @@ def test_double_dash_ends_options_and_is_kept() -> None:
 
 
 def test_own_options_only_match_when_spelled_in_full() -> None:
-    parsed = parse_command_line(["--elastic", "2:4", "--preempt", "job.sh"])
-    assert [(o.name, o.value, o.known) for o in parsed.options] == [
-        ("elastic", "2:4", True),
-        ("preempt", None, False),  # not an abbreviation of --preemptible
-    ]
+    parsed = parse_command_line(["--elastic", "2:4", "job.sh"])
+    assert [(o.name, o.value) for o in parsed.options] == [("elastic", "2:4")]
+    with pytest.raises(UsageError, match="--preemptible is spelled in full"):
+        parse_command_line(["--elastic", "2:4", "--preempt", "job.sh"])
 
 
-def test_own_options_do_not_collide_with_sbatch() -> None:
-    assert not set(OWN_OPTIONS) & set(SBATCH_LONG_OPTIONS)
+@pytest.mark.parametrize("release", sorted(tables()))
+def test_own_options_do_not_collide_with_sbatch(release: str) -> None:
+    long = tables()[release].long
+    assert not set(OWN_OPTIONS) & set(long)
     for name in OWN_OPTIONS:
         # none is a prefix of an sbatch option, so a full spelling can never mean sbatch's
-        assert resolve_long(name, SBATCH_LONG_OPTIONS) is None
+        assert resolve_long(name, long) is None
 
 
-def test_option_table_is_consistent() -> None:
-    for letter, name in SBATCH_SHORT_OPTIONS.items():
-        assert name in SBATCH_LONG_OPTIONS, letter
-    assert SBATCH_LONG_OPTIONS["wrap"] is Arity.REQUIRED
-    assert SBATCH_LONG_OPTIONS["parsable"] is Arity.NONE
-    assert SBATCH_LONG_OPTIONS["hold"] is Arity.NONE
+@pytest.mark.parametrize("release", sorted(tables()))
+def test_option_table_is_consistent(release: str) -> None:
+    table = tables()[release]
+    for letter, name in table.short.items():
+        assert name in table.long, letter
+    assert table.long["wrap"] is Arity.REQUIRED
+    assert table.long["parsable"] is Arity.NONE
+    assert table.long["hold"] is Arity.NONE
+    assert table.short["N"] == "nodes"

@@ -1,7 +1,8 @@
 """Golden files: the exact sbatch argument list ``slurmopt submit`` builds for each case.
 
 Each directory under ``tests/fixtures/submit/`` holds ``args.json`` (the
-words given to ``slurmopt submit``), the script as ``job.sh`` or, for a
+words given to ``slurmopt submit``, and the Slurm release whose sbatch
+option table splits them: ``release``, 22.05 unless given), the script as ``job.sh`` or, for a
 script piped in, ``stdin.sh``, and ``expected.json``: the sbatch arguments,
 the merged request and the tag, or the one-line error.  After a deliberate
 change, rewrite them with ``SLURMOPT_UPDATE_GOLDEN=1 pytest tests/unit/test_submit_golden.py``
@@ -20,6 +21,7 @@ import pytest
 
 from slurmopt.errors import UsageError
 from slurmopt.submit import build_submission, parse_command_line
+from slurmopt.submit.options import tables
 from slurmopt.tag import parse_comment
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "submit"
@@ -28,15 +30,16 @@ UPDATE = os.environ.get("SLURMOPT_UPDATE_GOLDEN") == "1"
 
 
 def _outcome(case: Path) -> dict[str, Any]:
-    args = json.loads((case / "args.json").read_text())["args"]
-    parsed = parse_command_line(args)
-    text: str | None = None
-    if (case / "stdin.sh").is_file():
-        text = (case / "stdin.sh").read_text()
-    elif parsed.script is not None and (case / parsed.script).is_file():
-        text = (case / parsed.script).read_text()
+    given = json.loads((case / "args.json").read_text())
+    args, table = given["args"], tables()[given.get("release", "22.05")]
     try:
-        sub = build_submission(args, text, parsed.script or "-")
+        parsed = parse_command_line(args, table)
+        text: str | None = None
+        if (case / "stdin.sh").is_file():
+            text = (case / "stdin.sh").read_text()
+        elif parsed.script is not None and (case / parsed.script).is_file():
+            text = (case / parsed.script).read_text()
+        sub = build_submission(args, text, parsed.script or "-", table=table)
     except UsageError as exc:
         return {"error": str(exc), "exit_code": exc.exit_code}
     request = dataclasses.asdict(sub.request)
