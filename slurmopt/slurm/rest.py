@@ -204,7 +204,8 @@ class RestSlurmClient(ScontrolWrites):
             errors = json.loads(resp.text).get("errors") or []
         except (ValueError, AttributeError):
             return None
-        first = errors[0] if errors and isinstance(errors[0], dict) else {}
+        listed = errors if isinstance(errors, list) else []
+        first = listed[0] if listed and isinstance(listed[0], dict) else {}
         code = first.get("error_number", first.get("errno"))
         if resp.status_code == 511 or code == 1007:
             what = first.get("error") or "Protocol authentication error"

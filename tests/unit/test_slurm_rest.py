@@ -230,6 +230,23 @@ def test_a_failing_token_command_is_one_line(tmp_path: Path) -> None:
         RestSlurmClient("http://h:1", token_file=str(tmp_path / "none"))
 
 
+@pytest.mark.parametrize("body", [
+    {"errors": [{"error": "Unable to contact slurm controller (connect failure)",
+                 "error_number": 1001}]},
+    {"errors": {"odd": 1}},
+    {"errors": []},
+])
+def test_other_server_errors_do_not_read_the_token_again(
+        body: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JWT", "t")
+    seen: list[httpx.Request] = []
+    bad = {"/slurm/v0.0.38/jobs": httpx.Response(500, json=body)}
+    client = RestSlurmClient("http://h:1", user="u", transport=fake_slurmrestd(seen, bad))
+    with pytest.raises((SlurmUnavailable, SlurmResponseError)):
+        client.snapshot()
+    assert client.token_rereads == 0 and len(seen) == 2
+
+
 def test_controller_down_behind_slurmrestd_is_unavailable() -> None:
     body = {"errors": [{"error": "Unable to contact slurm controller (connect failure)"}],
             "jobs": []}
