@@ -30,6 +30,7 @@ import difflib
 import math
 import os
 import re
+import shlex
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -41,6 +42,7 @@ from slurmopt.errors import ConfigError
 from slurmopt.policy.knobs import CONFIG_KNOBS, Knob
 from slurmopt.signals import check_signal
 from slurmopt.slurm import BACKENDS
+from slurmopt.slurm.parse import REST_API_VERSIONS
 from slurmopt.words import BoolWordError, parse_bool
 
 DEFAULT_CONFIG_PATH = "/etc/slurmopt/slurmopt.toml"
@@ -115,6 +117,9 @@ class Config:
     db: str = "sqlite:////var/lib/slurmopt/slurmopt.db"
     backend: str = "cli"
     rest_url: str = ""
+    rest_api: str = ""
+    rest_token_file: str = ""
+    rest_token_command: str = ""
     fabric: str = ""
     managed_partitions: tuple[str, ...] = ()
     backfill_depth: int = 100
@@ -290,6 +295,13 @@ def _coerce(key: str, value: object) -> Any:
         raise ValueError(f"must be a user name, got {value!r}")
     if key == "rest_url" and value and not value.startswith(("unix:", "http://", "https://")):
         raise ValueError(f"must start with unix:, http:// or https://, got {value!r}")
+    if key == "rest_api" and value and value not in REST_API_VERSIONS:
+        raise ValueError(f"must be one of {', '.join(REST_API_VERSIONS)} or empty, got {value!r}")
+    if key == "rest_token_command":
+        try:
+            shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot split {value!r} into words: {exc}") from None
     if key in ("db", "heartbeat_path") and not value:
         raise ValueError("must not be empty")
     if key == "heartbeat_path" and not os.path.isabs(value):

@@ -61,7 +61,7 @@ fabric_option = _file_option(
 
 
 def connect_for(ctx: click.Context, config: Config) -> SlurmClient:
-    """A Slurm client: ``slurmopt --backend`` when given, else the config's backend and rest_url.
+    """A Slurm client: ``slurmopt --backend`` when given, else the config's backend and rest keys.
 
     The root option wins only when given on the command line or through its
     environment variable, so a site's TOML file is honoured otherwise.
@@ -75,8 +75,14 @@ def connect_for(ctx: click.Context, config: Config) -> SlurmClient:
         click.core.ParameterSource.ENVIRONMENT,
     ):
         backend = str((root.obj or {}).get("backend", config.backend))
-    if backend == "rest" and config.rest_url:
-        return connect("rest", url=config.rest_url)
+    if backend == "rest":
+        rest = {
+            "url": config.rest_url,
+            "api_version": config.rest_api,
+            "token_file": config.rest_token_file,
+            "token_command": config.rest_token_command,
+        }
+        return connect("rest", **{key: value for key, value in rest.items() if value})
     return connect(backend)
 
 

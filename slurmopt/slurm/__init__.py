@@ -21,8 +21,9 @@ def connect(backend: str = "cli", **options: Any) -> SlurmClient:
     """A client for ``backend``; options go to that backend's constructor.
 
     rest: ``url`` (``unix:/path.sock`` or ``http://host:port``; default
-    ``$SLURMOPT_REST_URL``), ``token`` (default ``$SLURM_JWT``), ``user``,
-    ``api_version``, ``timeout``.  cli: ``timeout``, ``slurm_conf``, ``runner``.
+    ``$SLURMOPT_REST_URL``), ``token``, ``token_file`` or ``token_command``
+    (default ``$SLURM_JWT``), ``user``, ``api_version`` (default: negotiated),
+    ``timeout``.  cli: ``timeout``, ``slurm_conf``, ``runner``.
     """
     if backend == "cli":
         from slurmopt.slurm.cli import CliSlurmClient

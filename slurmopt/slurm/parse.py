@@ -38,6 +38,10 @@ from slurmopt.errors import SlurmResponseError
 from slurmopt.hostlist import HostlistError, expand
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
 
+#: The slurmrestd openapi versions whose documents these parsers read, oldest first:
+#: 22.05's v0.0.38, 24.11's v0.0.40-42 and 26.05's v0.0.42-45 (23.02's v0.0.39 is unchecked).
+REST_API_VERSIONS = ("v0.0.38", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
+
 #: Slurm's backfill scheduler stores an INFINITE job time limit as 365 days.
 BACKFILL_INFINITE_MINUTES = 525600
 

@@ -21,8 +21,9 @@ from slurmopt.model import ClusterSnapshot, JobState, NodeState
 from slurmopt.slurm import connect
 from slurmopt.slurm.base import SlurmClient
 from slurmopt.slurm.cli import CliSlurmClient
+from slurmopt.slurm.parse import REST_API_VERSIONS
 from slurmopt.slurm.pyslurm_client import load_pyslurm
-from slurmopt.slurm.rest import DEFAULT_API, RestSlurmClient
+from slurmopt.slurm.rest import RestSlurmClient
 from tests.sandbox import SlurmSandbox, env_file
 
 pytestmark = pytest.mark.slurm
@@ -47,12 +48,11 @@ def make_client(kind: str, sandbox: SlurmSandbox) -> SlurmClient:
         if key not in env:
             pytest.skip(f"the sandbox was started without --restd ({key} not in env.sh)")
         cli = CliSlurmClient(slurm_conf=sandbox.conf)
-        api = env.get("SLURMOPT_RESTD_API", DEFAULT_API)
         if kind == "rest-unix":
-            rest = RestSlurmClient(f"unix:{env[key]}", api_version=api, cli=cli)
+            rest = RestSlurmClient(f"unix:{env[key]}", cli=cli)
         else:
             token = sandbox.run("scontrol", "token", "lifespan=600").strip()
-            rest = RestSlurmClient(env[key], token=token, user="root", api_version=api, cli=cli)
+            rest = RestSlurmClient(env[key], token=token, user="root", cli=cli)
         sandbox.assert_version(rest.slurm_version)
         return rest
     try:
@@ -152,6 +152,52 @@ def test_snapshot_equals_the_known_state(kind: str, slurm: SlurmSandbox,
     snap = client.snapshot()
     assert_known_state(snap, scenario, slurm)
     assert snap.source == kind.split("-")[0]
+
+
+#: The newest openapi version each Slurm release's slurmrestd serves (all of them slurmopt reads).
+NEWEST_API = {"22.05": "v0.0.38", "24.11": "v0.0.42", "26.05": "v0.0.45"}
+
+
+@pytest.mark.parametrize("kind", ["rest-unix", "rest-jwt"])
+def test_rest_negotiates_the_newest_version_it_reads(kind: str, slurm: SlurmSandbox) -> None:
+    client = make_client(kind, slurm)
+    assert isinstance(client, RestSlurmClient) and client.api_version is None
+    snap = client.snapshot()
+    slurm.assert_version(snap.slurm_version)  # from the documents' meta, not the commands
+    # What slurmrestd lists agrees with the sandbox's own reading of /openapi/v3 (env.sh).
+    assert client.served[-1] == env_file(slurm.conf)["SLURMOPT_RESTD_API"]
+    common = [v for v in client.served if v in REST_API_VERSIONS]
+    assert client.api_version == common[-1] == NEWEST_API[slurm.slurm_version[:5]]
+    # The oldest served, pinned, reads the same jobs.
+    token = slurm.run("scontrol", "token", "lifespan=600") if kind == "rest-jwt" else None
+    pinned = RestSlurmClient(client.url, api_version=client.served[0], user="root",
+                             token=token, cli=client.cli)
+    assert pinned.snapshot().jobs.keys() == snap.jobs.keys()
+    assert pinned.api_version == client.served[0]
+
+
+def test_rest_rereads_an_expired_token(slurm: SlurmSandbox, tmp_path: Path) -> None:
+    """A short-lived JWT in a file expires; the file renewed, the next snapshot succeeds."""
+    url = env_file(slurm.conf).get("SLURMOPT_RESTD_URL")
+    assert url, "the sandbox was started without --restd (SLURMOPT_RESTD_URL not in env.sh)"
+    lifespan = 10
+    token = tmp_path / "jwt"
+    token.write_text(slurm.run("scontrol", "token", f"lifespan={lifespan}"))
+    issued = time.time()
+    client = RestSlurmClient(url, user="root", token_file=str(token),
+                             cli=CliSlurmClient(slurm_conf=slurm.conf))
+    client.snapshot()
+    assert client.token_rereads == 0
+    time.sleep(max(0.0, issued + lifespan + 2 - time.time()))
+    with pytest.raises(SlurmUnavailable, match=f"JWT refused .*rest_token_file {token} "
+                       "still holds the same token"):
+        client.snapshot()
+    assert client.token_rereads == 1
+    token.write_text(slurm.run("scontrol", "token", "lifespan=600"))
+    snap = client.snapshot()
+    assert client.token_rereads == 2  # exactly one re-read for this snapshot
+    slurm.assert_version(snap.slurm_version)
+    assert len(snap.nodes) == 32
 
 
 @pytest.mark.parametrize("kind", IMPLEMENTATIONS)

@@ -93,6 +93,11 @@ def test_fragmentation_uses_the_configs_backend_and_rest_url(
     assert result.exit_code == 0, result.output
     assert calls == [("rest", {"url": "http://127.0.0.1:6820"})]
     assert json.loads(result.output)["fabric_source"].startswith("flat")
+    calls.clear()
+    conf.write_text('backend = "rest"\nrest_api = "v0.0.40"\nrest_token_file = "/etc/jwt"\n')
+    result = CliRunner().invoke(cli, ["fragmentation", "--config", str(conf), "--json"])
+    assert result.exit_code == 0, result.output
+    assert calls == [("rest", {"api_version": "v0.0.40", "token_file": "/etc/jwt"})]
 
 
 def _options(command: click.Command, prefix: str = "") -> list[tuple[str, click.Option]]:
