@@ -131,6 +131,8 @@ def test_role_into_a_scratch_root_writes_the_files_and_is_idempotent(tmp_path: P
         "slurmopt_managed_partitions": ["gpu"],
         "slurmopt_extra_config": {"backfill_depth": 200, "metrics_port": 0},
         "slurmopt_node_agent_expected_gpus": 8,
+        "slurmopt_rest_api": "v0.0.40",
+        "slurmopt_rest_token_command": "scontrol token lifespan=3600",
     }
     first = run_site(tmp_path, root, extra)
     assert recap(first)["changed"] > 0
@@ -142,6 +144,8 @@ def test_role_into_a_scratch_root_writes_the_files_and_is_idempotent(tmp_path: P
     assert values["managed_partitions"] == ("gpu",)
     assert values["backfill_depth"] == 200 and values["metrics_port"] == 0
     assert values["db"] == "sqlite:////var/lib/slurmopt/slurmopt.db"
+    assert values["rest_api"] == "v0.0.40" and values["rest_token_file"] == ""
+    assert values["rest_token_command"] == "scontrol token lifespan=3600"
     assert config.stat().st_mode & 0o777 == 0o640
     assert (root / "etc/slurmopt").stat().st_mode & 0o777 == 0o750
     assert (root / "var/lib/slurmopt").is_dir()
