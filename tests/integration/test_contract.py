@@ -87,6 +87,11 @@ def scenario(slurm: SlurmSandbox) -> Iterator[Scenario]:
         slurm.wait_state(job, "RUNNING")
     slurm.run("scontrol", "update", "NodeName=gpu003", "State=DRAIN", "Reason=drain while running")
     slurm.run("scontrol", "update", "NodeName=gpu032", "State=DRAIN", "Reason=maint: bad gpu")
+    # A pending job has no reason until a scheduling pass has looked at it (26.05 can take
+    # a moment under load): the snapshot must not race that pass.
+    deadline = time.monotonic() + 30
+    while slurm.job_field(sc.too_big, "%r") in ("", "None") and time.monotonic() < deadline:
+        time.sleep(0.3)
     yield sc
 
 
