@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,7 +32,6 @@ from tests.sandbox import SlurmSandbox
 
 pytestmark = pytest.mark.slurm
 
-SANDBOX_TOML = Path("/tmp/slurmopt-sandbox/etc/slurmopt.toml")
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from slurmopt.cli import main; main()"]
 LEAVES = {
@@ -95,8 +95,10 @@ class DaemonRun:
         self.log_path = tmp_path / "daemon.log"
         heartbeat = str(tmp_path / "heartbeat")
         max_age = 10
-        if SANDBOX_TOML.exists():
-            sandbox = tomllib.loads(SANDBOX_TOML.read_text())
+        # This sandbox's own config (each release's lives in its own directory).
+        sandbox_toml = slurm.dir / "etc" / "slurmopt.toml"
+        if sandbox_toml.exists():
+            sandbox = tomllib.loads(sandbox_toml.read_text())
             heartbeat = sandbox.get("heartbeat_path", heartbeat)
             max_age = sandbox.get("heartbeat_max_age_s", max_age)
         self.heartbeat = heartbeat
@@ -144,6 +146,17 @@ class DaemonRun:
 
     def wait_enforcing(self, timeout: float = 60.0) -> None:
         _wait("the daemon to enforce", self.enforcing, timeout)
+        self.assert_slurm_release()
+
+    def assert_slurm_release(self) -> None:
+        """The daemon reads this sandbox's Slurm (never, say, the host's 22.05 on a chroot's)."""
+        read = _wait(
+            "the daemon to name the Slurm it reads",
+            lambda: re.findall(r" INFO Slurm (\S+) answers$", self.log(), re.MULTILINE),
+            timeout=30,
+        )
+        assert isinstance(read, list)
+        self.slurm.assert_version(read[-1])
 
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
         if self.proc is None or self.proc.poll() is not None:
