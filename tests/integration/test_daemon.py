@@ -421,10 +421,11 @@ def _ctld_pid(run_dir: Path) -> int | None:
 
 
 def _start_ctld(slurm: SlurmSandbox) -> None:
-    """Start slurmctld as scripts/slurm-sandbox does, and record its pid for ``down``."""
+    """Start slurmctld as scripts/slurm-sandbox does (a release's inside its chroot: the
+    daemon symlinks name the chroot's binaries), and record its pid for ``down``."""
     run_dir = Path(slurm.conf).parent.parent / "run"
     subprocess.run(
-        [str(run_dir / "bin" / "slurmctld"), "-f", slurm.conf],
+        slurm.in_root(str(run_dir / "bin" / "slurmctld"), "-f", slurm.conf),
         env=slurm.env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
