@@ -112,7 +112,7 @@ class DaemonRun:
         path = os.pathsep.join(p for p in (str(REPO), slurm.env.get("PYTHONPATH", "")) if p)
         self.env = {**slurm.env, "PYTHONPATH": path}
 
-    def start(self, hook: str | None = None) -> None:
+    def start(self, hook: str | None = None, interval: float = 1.0) -> None:
         """Start the daemon; ``hook`` puts a fault at a named point of it
         (``SLURMOPT_TEST_HOOK``, see ``slurmopt/daemon/fenced.py``): ``kill@before:pin``..."""
         env = dict(self.env)
@@ -129,7 +129,7 @@ class DaemonRun:
                 "--db",
                 self.db,
                 "--interval",
-                "1",
+                str(interval),
                 "--enforce",
             ],
             env=env,
@@ -453,7 +453,10 @@ def test_slurmctld_outage_between_the_pin_record_and_the_pin_acts_on_nothing_the
     """slurmctld goes away while the daemon sits between recording a pin and making it."""
     run_dir = Path(slurm.conf).parent.parent / "run"
     ctld = CtldLog(slurm)
-    daemon.start(hook="stop@before:pin")
+    # A command retries a dead controller once a second for MessageTimeout (10 s) before it gives
+    # up (9 to 10 s on 22.05, 24.11 and 26.05): the lease (three intervals, at least 10 s) must
+    # outlast that read, or the outage cycle's record is refused as a lost leader's write.
+    daemon.start(hook="stop@before:pin", interval=4.0)
     daemon.wait_enforcing()
     job = daemon.submit("--gres=gpu:4", "-t", "2")
     proc = daemon.proc
