@@ -14,8 +14,10 @@ assert the adapter detected.
 from __future__ import annotations
 
 import fcntl
+import grp
 import json
 import os
+import pwd
 import re
 import socket
 import subprocess
@@ -93,6 +95,13 @@ class SlurmSandbox:
         self.slurm_version = exported.get(
             "SLURMOPT_SANDBOX_SLURM_VERSION", SLURM_OF_RELEASE.get(self.release, "")
         )
+        #: The chroot a newer release runs in (None: the host's own Slurm); older env.sh files
+        #: lack it, so it falls back to where ``up`` puts a release's chroot.
+        root = exported.get("SLURMOPT_SANDBOX_ROOT")
+        if root is None and self.release != "bookworm":
+            chroots = os.environ.get("SLURMOPT_SANDBOX_CHROOTS") or "/srv"
+            root = f"{chroots}/slurmopt-{self.release}"
+        self.root = Path(root) if root else None
         self.env = {**os.environ, "SLURM_CONF": conf}
         # A chroot release's client commands: the wrappers, first on PATH.
         bindir = self.dir / "bin"
@@ -108,6 +117,33 @@ class SlurmSandbox:
         assert detected == want or detected.startswith(want + "."), (
             f"the adapter detected Slurm {detected!r}; the {self.release} sandbox runs {want}"
         )
+
+    def in_root(self, *argv: str) -> list[str]:
+        """``argv`` run where this release's Slurm lives: in its chroot, or on the host."""
+        return list(argv) if self.root is None else ["chroot", str(self.root), *argv]
+
+    def as_user(self, user: str, *argv: str) -> list[str]:
+        """``argv`` run as ``user``, inside a release's chroot: its wrappers call chroot, which
+        only root may."""
+        return self.in_root("runuser", "-u", user, "--", *argv)
+
+    def share_user(self, user: str) -> None:
+        """Give a chroot release the host's ``user`` (``up`` copies only uids 1000-59999)."""
+        if self.root is None:
+            return
+        entry = pwd.getpwnam(user)
+        group = grp.getgrgid(entry.pw_gid)
+        lines = {
+            "passwd": f"{user}:x:{entry.pw_uid}:{entry.pw_gid}:{entry.pw_gecos}:"
+            f"{entry.pw_dir}:{entry.pw_shell}",
+            "group": f"{group.gr_name}:x:{group.gr_gid}:{','.join(group.gr_mem)}",
+        }
+        for name, line in lines.items():
+            path = self.root / "etc" / name
+            known = {row.split(":", 1)[0] for row in path.read_text().splitlines()}
+            if line.split(":", 1)[0] not in known:
+                with open(path, "a") as fh:
+                    fh.write(line + "\n")
 
     def run(self, *argv: str, check: bool = True, input: str | None = None) -> str:
         proc = subprocess.run(

@@ -399,6 +399,8 @@ class Daemon:
         try:
             snapshot = self.client.snapshot()
             if self.fabric is None:
+                # The release read, once: an operator (and the tests) can tell which Slurm answered.
+                log.info("Slurm %s answers", snapshot.slurm_version or "(release not reported)")
                 self.fabric = self.fabric_loader(self.client, snapshot)
                 log_fabric(self.fabric)
         except (SlurmUnavailable, SlurmResponseError) as exc:

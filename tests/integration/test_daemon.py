@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,7 +32,6 @@ from tests.sandbox import SlurmSandbox
 
 pytestmark = pytest.mark.slurm
 
-SANDBOX_TOML = Path("/tmp/slurmopt-sandbox/etc/slurmopt.toml")
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from slurmopt.cli import main; main()"]
 LEAVES = {
@@ -95,8 +95,10 @@ class DaemonRun:
         self.log_path = tmp_path / "daemon.log"
         heartbeat = str(tmp_path / "heartbeat")
         max_age = 10
-        if SANDBOX_TOML.exists():
-            sandbox = tomllib.loads(SANDBOX_TOML.read_text())
+        # This sandbox's own config (each release's lives in its own directory).
+        sandbox_toml = slurm.dir / "etc" / "slurmopt.toml"
+        if sandbox_toml.exists():
+            sandbox = tomllib.loads(sandbox_toml.read_text())
             heartbeat = sandbox.get("heartbeat_path", heartbeat)
             max_age = sandbox.get("heartbeat_max_age_s", max_age)
         self.heartbeat = heartbeat
@@ -110,7 +112,7 @@ class DaemonRun:
         path = os.pathsep.join(p for p in (str(REPO), slurm.env.get("PYTHONPATH", "")) if p)
         self.env = {**slurm.env, "PYTHONPATH": path}
 
-    def start(self, hook: str | None = None) -> None:
+    def start(self, hook: str | None = None, interval: float = 1.0) -> None:
         """Start the daemon; ``hook`` puts a fault at a named point of it
         (``SLURMOPT_TEST_HOOK``, see ``slurmopt/daemon/fenced.py``): ``kill@before:pin``..."""
         env = dict(self.env)
@@ -127,7 +129,7 @@ class DaemonRun:
                 "--db",
                 self.db,
                 "--interval",
-                "1",
+                str(interval),
                 "--enforce",
             ],
             env=env,
@@ -144,6 +146,17 @@ class DaemonRun:
 
     def wait_enforcing(self, timeout: float = 60.0) -> None:
         _wait("the daemon to enforce", self.enforcing, timeout)
+        self.assert_slurm_release()
+
+    def assert_slurm_release(self) -> None:
+        """The daemon reads this sandbox's Slurm (never, say, the host's 22.05 on a chroot's)."""
+        read = _wait(
+            "the daemon to name the Slurm it reads",
+            lambda: re.findall(r" INFO Slurm (\S+) answers$", self.log(), re.MULTILINE),
+            timeout=30,
+        )
+        assert isinstance(read, list)
+        self.slurm.assert_version(read[-1])
 
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
         if self.proc is None or self.proc.poll() is not None:
@@ -408,10 +421,11 @@ def _ctld_pid(run_dir: Path) -> int | None:
 
 
 def _start_ctld(slurm: SlurmSandbox) -> None:
-    """Start slurmctld as scripts/slurm-sandbox does, and record its pid for ``down``."""
+    """Start slurmctld as scripts/slurm-sandbox does (a release's inside its chroot: the
+    daemon symlinks name the chroot's binaries), and record its pid for ``down``."""
     run_dir = Path(slurm.conf).parent.parent / "run"
     subprocess.run(
-        [str(run_dir / "bin" / "slurmctld"), "-f", slurm.conf],
+        slurm.in_root(str(run_dir / "bin" / "slurmctld"), "-f", slurm.conf),
         env=slurm.env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -439,7 +453,10 @@ def test_slurmctld_outage_between_the_pin_record_and_the_pin_acts_on_nothing_the
     """slurmctld goes away while the daemon sits between recording a pin and making it."""
     run_dir = Path(slurm.conf).parent.parent / "run"
     ctld = CtldLog(slurm)
-    daemon.start(hook="stop@before:pin")
+    # A command retries a dead controller once a second for MessageTimeout (10 s) before it gives
+    # up (9 to 10 s on 22.05, 24.11 and 26.05): the lease (three intervals, at least 10 s) must
+    # outlast that read, or the outage cycle's record is refused as a lost leader's write.
+    daemon.start(hook="stop@before:pin", interval=4.0)
     daemon.wait_enforcing()
     job = daemon.submit("--gres=gpu:4", "-t", "2")
     proc = daemon.proc

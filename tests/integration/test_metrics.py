@@ -36,10 +36,11 @@ class MetricsDaemonRun(DaemonRun):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/metrics"
 
-    def start(self, hook: str | None = None) -> None:
+    def start(self, hook: str | None = None, interval: float = 1.0) -> None:
         assert hook is None, "the metrics daemon takes no fault hook"
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
-        argv = ["daemon", "--config", str(self.config), "--db", self.db, "--interval", "1"]
+        argv = ["daemon", "--config", str(self.config), "--db", self.db]
+        argv += ["--interval", str(interval)]
         self.proc = subprocess.Popen(
             [*CLI, *argv, "--advisory", "--metrics-port", str(self.port)],
             env=self.slurm.env,

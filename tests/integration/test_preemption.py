@@ -13,6 +13,7 @@ finishes with exactly the target number of steps on the same loss curve.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -61,6 +62,9 @@ def test_preempted_job_checkpoints_requeues_and_resumes(
     work = tmp_path / "job"
     work.mkdir()
     loss_log = work / "loss.jsonl"
+    # A chroot release's nodes see /tmp and the checkout the sandbox was started from, not
+    # necessarily this one: the job runs its own copy of the training script.
+    train = Path(shutil.copy(TRAIN, work / TRAIN.name))
     hold = [] if daemon.plugin else ["--hold"]
     env = {
         **slurm.env,
@@ -89,7 +93,7 @@ def test_preempted_job_checkpoints_requeues_and_resumes(
             str(work),
             "--time=10",
             *hold,
-            str(TRAIN),
+            str(train),
             "--steps",
             str(STEPS),
             "--loss-log",

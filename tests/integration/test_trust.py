@@ -29,8 +29,8 @@ USER = "slurmopt-tenant"
 
 
 @pytest.fixture(scope="module")
-def tenant() -> str:
-    """An ordinary local user: not root, not a Slurm operator."""
+def tenant(slurm_cluster: SlurmSandbox) -> str:
+    """An ordinary local user: not root, not a Slurm operator (known to a release's chroot too)."""
     if os.geteuid() != 0:
         pytest.fail("the trust tests create and act as an ordinary user: run them as root")
     try:
@@ -40,13 +40,14 @@ def tenant() -> str:
             ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
             check=True,
         )
+    slurm_cluster.share_user(USER)
     return USER
 
 
 def _as(slurm: SlurmSandbox, user: str, *argv: str) -> subprocess.CompletedProcess[str]:
     """Run a Slurm command as ``user`` (munge authenticates the uid)."""
     return subprocess.run(
-        ["runuser", "-u", user, "--", *argv],
+        slurm.as_user(user, *argv),
         env=slurm.env,
         capture_output=True,
         text=True,

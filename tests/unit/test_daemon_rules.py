@@ -435,6 +435,22 @@ def test_every_decision_is_logged_with_its_nodes(
     assert "plan (enforcing): job 7: start on a0 [" in caplog.text
 
 
+def test_the_slurm_release_that_answers_is_logged_once(
+    tmp_path: Path, store: Store, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = FakeSlurm(two_leaves()[0], [])
+    read = client.snapshot
+    monkeypatch.setattr(
+        client, "snapshot", lambda: dataclasses.replace(read(), slurm_version="24.11.5")
+    )
+    daemon = _daemon(tmp_path, store, client)
+    with caplog.at_level("INFO", logger="slurmopt.daemon.loop"):
+        daemon.cycle()
+        client.clock += 1
+        daemon.cycle()
+    assert caplog.text.count("Slurm 24.11.5 answers") == 1
+
+
 def test_a_refused_hand_back_says_why(tmp_path: Path, store: Store) -> None:
     from tests.fakes.slurm import refused
 
