@@ -216,7 +216,9 @@ def test_topology_text(kind: str, slurm: SlurmSandbox) -> None:
 @pytest.mark.parametrize("kind", IMPLEMENTATIONS)
 def test_writes_hold_pin_release_and_comment(kind: str, slurm: SlurmSandbox) -> None:
     client = make_client(kind, slurm)
-    job = client.submit(["-J", "pinme", "-N1", "--gres=gpu:2", "-o", "/dev/null",
+    # Submitted under its owner's hold, as the job-submit plugin leaves a managed job: on an
+    # idle cluster 24.11 and later start a free job at once, before any hold could reach it.
+    job = client.submit(["-J", "pinme", "-N1", "--gres=gpu:2", "-o", "/dev/null", "-H",
                          "-D", str(slurm.workdir), "--wrap", "sleep 600"])
     client.hold(job)
     assert client.snapshot().jobs[job].held
@@ -237,7 +239,7 @@ def test_elastic_start_sets_the_node_count_then_pins(kind: str, slurm: SlurmSand
     """What the actuator does for an elastic job started on fewer nodes than it asked for."""
     client = make_client(kind, slurm)
     job = client.submit(["-J", "elastic", "-N4", "--gres=gpu:8", "-t", "10", "-o", "/dev/null",
-                         "-D", str(slurm.workdir), "--wrap", "sleep 600"])
+                         "-H", "-D", str(slurm.workdir), "--wrap", "sleep 600"])
     client.hold(job)
     client.shrink(job, 2)
     client.pin(job, ["gpu020", "gpu021"])
