@@ -229,7 +229,8 @@ class DaemonMetrics:
         self.plan_depth = Gauge(
             "slurmopt_plan_depth",
             "Managed jobs the last pass planned, in priority order; fewer than it was given "
-            "when it stopped at its budget (plan_budget), the rest left for a later pass.",
+            "when it stopped at its budget (plan_budget or plan_seconds), the rest left for a "
+            "later pass.",
             registry=r,
         )
         self.cycles = Counter(

@@ -16,6 +16,7 @@ pass redo only what changed since the last, with the same plan.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from slurmopt.policy.cache import PlannerCache
@@ -39,7 +40,12 @@ from slurmopt.policy.preemption import preemption_for
 from slurmopt.policy.request import PlanRequest, PreemptionAsk, PreemptionCost
 
 
-def plan(request: PlanRequest, *, cache: PlannerCache | None = None) -> Plan:
+def plan(
+    request: PlanRequest,
+    *,
+    cache: PlannerCache | None = None,
+    clock: Callable[[], float] | None = None,
+) -> Plan:
     """The whole decision for one request: starts, reservations, waits and any preemption.
 
     Placement first (:func:`slurmopt.policy.place.place`); then, when the
@@ -48,9 +54,11 @@ def plan(request: PlanRequest, *, cache: PlannerCache | None = None) -> Plan:
     judged on the cluster as it will be once this plan's starts are made.
     ``cache``: a :class:`PlannerCache` passed to every pass of one planning
     loop, so each pass redoes only what changed since the last; the plan is
-    the same with or without it.
+    the same with or without it.  ``clock``: what ``Policy.plan_seconds``
+    is measured by, from this call on (default the monotonic clock; tests
+    pass their own, so a pass cut by the clock is deterministic there).
     """
-    placed = place(request, cache)
+    placed = place(request, cache, clock)
     if request.preemption is None:
         return placed
     if not placed.complete:
