@@ -8,6 +8,7 @@ reused cache and with a fresh cache, and the three plans must be equal.
 
 from __future__ import annotations
 
+import gc
 import random
 from dataclasses import replace
 
@@ -252,6 +253,24 @@ def test_a_failed_refresh_empties_the_cache() -> None:
         plan(PlanRequest(snap, fabric), cache=cache).to_json()
         == plan(PlanRequest(snap, fabric)).to_json()
     )
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_a_pass_leaves_the_cyclic_collector_as_it_found_it(collecting: bool) -> None:
+    # The collector is paused for the pass only, also when the pass fails.
+    fabric = fat_tree(64, 8, 4)
+    snap = FakeCluster(fabric, 0, seed=13).snapshot()
+    broken = ClusterSnapshot(snap.taken_at, snap.nodes, {0: object()}, snap.partitions)  # type: ignore[dict-item]
+    was = gc.isenabled()
+    try:
+        (gc.enable if collecting else gc.disable)()
+        plan(PlanRequest(snap, fabric))
+        assert gc.isenabled() is collecting
+        with pytest.raises(AttributeError):
+            plan(PlanRequest(broken, fabric))
+        assert gc.isenabled() is collecting
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 def test_shared_timeline_copies_an_event_list_before_changing_it() -> None:
