@@ -19,10 +19,13 @@ from slurmopt.fabric import Fabric
 from slurmopt.model import ACTIVE_JOB_STATES, ClusterSnapshot, Job, JobState, Node, Partition
 from slurmopt.policy.backfill import INFINITY, Timeline
 from slurmopt.policy.fragmentation import JobShape, queue_shape
-from slurmopt.policy.ordering import priority_order
+from slurmopt.policy.ordering import OrderKey, order_key
 
 #: A running job's hold on one node: (ends at, GPUs it gives back, runs exclusive).
 _Hold = tuple[float, int, bool]
+#: A pending job in the planning order: its order key, and the job object it was made from.
+_Placed = tuple[OrderKey, Job]
+_first = operator.itemgetter(0)
 
 
 def _running_end(job: Job) -> float:
@@ -141,6 +144,9 @@ class PlannerCache:
         self._events: dict[str, list[tuple[float, int]]] = {}
         #: The last pass's jobs (as given), priorities and their planning order.
         self._order: tuple[list[Job], dict[int, int], list[Job]] | None = None
+        #: The last planning order's entries, by job id and in order.
+        self._placed: dict[int, _Placed] = {}
+        self._ranked: list[_Placed] = []
 
     # -- refresh -----------------------------------------------------------------------------
     def refresh(self, snapshot: ClusterSnapshot, fabric: Fabric) -> None:
@@ -295,7 +301,10 @@ class PlannerCache:
 
         Sorting the whole queue is a good part of a pass that plans few jobs;
         when the same job objects come in the same order with the same
-        priorities, the last order is given again.
+        priorities, the last order is given again.  Otherwise only the jobs
+        that are new, changed or of another priority are sorted, and merged
+        into the last order of the others (the keys are unique, so the merge
+        is the full sort).
         """
         known = self._order
         if (
@@ -305,7 +314,22 @@ class PlannerCache:
             and known[1] == priorities
         ):
             return list(known[2])
-        order = priority_order(jobs, priorities, preemptible_last=True)
+        placed = self._placed
+        fresh: dict[int, _Placed] = {}
+        added: list[_Placed] = []
+        for job in jobs:
+            priority = priorities.get(job.job_id, job.priority)
+            entry = placed.get(job.job_id)
+            if entry is None or entry[1] is not job or entry[0][1] != -priority:
+                entry = (order_key(job, priority, True), job)
+                added.append(entry)
+            fresh[job.job_id] = entry
+        merged = [e for e in self._ranked if fresh.get(e[1].job_id) is e]
+        added.sort(key=_first)
+        merged += added
+        merged.sort(key=_first)  # two sorted runs: one merge
+        self._placed, self._ranked = fresh, merged
+        order = [job for _, job in merged]
         self._order = (jobs, dict(priorities), order)
         return list(order)
 

@@ -19,7 +19,7 @@ from slurmopt.fabric.generators import fat_tree
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
 from slurmopt.policy.backfill import Timeline
 from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution, queue_distribution
-from slurmopt.policy.plan import Plan, PlannerCache, PlanRequest, Policy, plan
+from slurmopt.policy.plan import Plan, PlannerCache, PlanRequest, Policy, plan, priority_order
 from tests.unit.test_plan_helpers import NOW as HELPER_NOW
 from tests.unit.test_plan_helpers import gpu_node, leaf_fabric, pending, running, snapshot
 
@@ -253,6 +253,39 @@ def test_a_failed_refresh_empties_the_cache() -> None:
         plan(PlanRequest(snap, fabric), cache=cache).to_json()
         == plan(PlanRequest(snap, fabric)).to_json()
     )
+
+
+def test_the_kept_planning_order_is_the_priority_order_as_the_queue_changes() -> None:
+    # Jobs arrive and leave, priorities and overrides change, jobs become preemptible, and the
+    # same job comes back as a new object: only the changed jobs are sorted again.
+    rng = random.Random(17)
+    tagged = "slurmopt:managed,preemptible"
+    jobs = {i: pending(i, priority=rng.randint(1, 50)) for i in range(1, 200)}
+    priorities: dict[int, int] = {}
+    cache = PlannerCache()
+    for step in range(60):
+        given = list(jobs.values())
+        rng.shuffle(given)
+        assert cache.planning_order(given, priorities) == priority_order(
+            given, priorities, preemptible_last=True
+        ), f"step {step}"
+        for _ in range(rng.randint(0, 6)):
+            roll, job_id = rng.random(), rng.randint(1, 260)
+            job = jobs.get(job_id)
+            if job is None:
+                jobs[job_id] = pending(job_id, priority=rng.randint(1, 50))
+            elif roll < 0.3:
+                del jobs[job_id]
+            elif roll < 0.5:
+                jobs[job_id] = replace(job, priority=rng.randint(1, 50))
+            elif roll < 0.7:
+                priorities[job_id] = rng.randint(1, 50)
+            elif roll < 0.8:
+                priorities.pop(job_id, None)
+            elif roll < 0.9:
+                jobs[job_id] = replace(job, admin_comment=tagged, submit_time=rng.random())
+            else:
+                jobs[job_id] = replace(job)
 
 
 @pytest.mark.parametrize("collecting", [True, False])
