@@ -122,6 +122,21 @@ class PlannerCache:
 
     def __init__(self) -> None:
         self._reset(None)
+        #: Passes since the last check against a pass without the cache, and the checks failed.
+        self.unchecked = 0
+        self.mismatches = 0
+
+    def clear(self) -> None:
+        """Drop everything kept (back to EMPTY); the next pass builds it all again."""
+        self._reset(None)
+
+    def check_due(self, every: int) -> bool:
+        """Count one pass; True when it is the ``every``-th since the last check (0: never)."""
+        self.unchecked += 1
+        if not every or self.unchecked < every:
+            return False
+        self.unchecked = 0
+        return True
 
     def _reset(self, fabric: Fabric | None) -> None:
         self._fabric = fabric

@@ -62,6 +62,10 @@ class Policy:
     it has not reached are left ``NOT_PLANNED``.  The head of the queue is
     always planned, so a pass that overruns still makes progress; a pass
     cut by the clock is not replayable, one cut by ``plan_budget`` is.
+    ``plan_check_every``: every this many passes that share one
+    :class:`~slurmopt.policy.cache.PlannerCache`, :func:`plan` also plans
+    without it and compares (0: never); a difference is logged as an error,
+    the plan without the cache is the one returned and the cache starts over.
     ``partitions``: the partitions slurmopt places jobs in (None: all).
     ``job_sizes``: the distribution the FGD measure uses (None: the queue).
     """
@@ -74,6 +78,7 @@ class Policy:
     elastic: bool = True
     plan_budget: int = 0
     plan_seconds: float = 0.0
+    plan_check_every: int = 100
     partitions: frozenset[str] | None = None
     job_sizes: JobSizeDistribution | None = None
 
@@ -293,6 +298,12 @@ KNOBS: tuple[Knob, ...] = (
         "how long one pass may run (wall clock) before the jobs not yet reached wait (0: no bound)",
         SECONDS,
         config_key="plan_seconds",
+    ),
+    Knob(
+        "plan_check_every",
+        "every this many cached passes one is checked against a pass without the cache (0: never)",
+        COUNT,
+        config_key="plan_check_every",
     ),
     Knob("partitions", "the partitions slurmopt places jobs in (None: all)"),
     Knob("job_sizes", "the job-size distribution the FGD measure uses (None: the queue)"),

@@ -288,6 +288,44 @@ def test_the_kept_planning_order_is_the_priority_order_as_the_queue_changes() ->
                 jobs[job_id] = replace(job)
 
 
+def _spoil(cache: PlannerCache) -> None:
+    """Make the cache give the last planning order reversed, as a broken refresh might."""
+    assert cache._order is not None
+    jobs, priorities, order = cache._order
+    cache._order = (jobs, priorities, order[::-1])
+
+
+def test_every_nth_pass_is_checked_against_a_pass_without_the_cache(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fabric = fat_tree(64, 8, 4)
+    snap = FakeCluster(fabric, 0, seed=3).snapshot()
+    request = PlanRequest(snap, fabric, Policy(plan_check_every=3))
+    right = plan(request)
+    cache = PlannerCache()
+    assert plan(request, cache=cache) == right  # pass 1
+    _spoil(cache)
+    assert plan(request, cache=cache) != right  # pass 2: not checked, so the spoilt order shows
+    assert cache.mismatches == 0 and not caplog.records
+    with caplog.at_level("ERROR"):
+        assert plan(request, cache=cache) == right  # pass 3: checked; the full pass wins
+    assert cache.mismatches == 1
+    assert "differs from the same pass made without it" in caplog.text
+    assert plan(request, cache=cache) == right  # the cache started over
+
+
+def test_no_check_when_check_every_is_zero() -> None:
+    fabric = fat_tree(64, 8, 4)
+    snap = FakeCluster(fabric, 0, seed=3).snapshot()
+    request = PlanRequest(snap, fabric, Policy(plan_check_every=0))
+    cache = PlannerCache()
+    right = plan(request, cache=cache)
+    _spoil(cache)
+    for _ in range(5):
+        assert plan(request, cache=cache) != right
+    assert cache.mismatches == 0
+
+
 @pytest.mark.parametrize("collecting", [True, False])
 def test_a_pass_leaves_the_cyclic_collector_as_it_found_it(collecting: bool) -> None:
     # The collector is paused for the pass only, also when the pass fails.
