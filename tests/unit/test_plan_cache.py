@@ -1,9 +1,10 @@
 """PlannerCache: passes that reuse a cache decide exactly what passes without one decide.
 
 A seeded fake cluster runs many consecutive passes (jobs start where the
-plan says, end, arrive, nodes drain and come back, time limits change,
-running jobs overrun); every pass is planned without a cache, with the
-reused cache and with a fresh cache, and the three plans must be equal.
+plan says, end, arrive, are cancelled or change priority, nodes drain and
+come back, time limits change, running jobs overrun); every pass is planned
+without a cache, with the reused cache and with a fresh cache, and the three
+plans must be equal.
 """
 
 from __future__ import annotations
@@ -145,7 +146,8 @@ class FakeCluster:
         elif roll < 0.25:  # a node's weight changes
             name = rng.choice(names)
             self.nodes[name] = replace(self.nodes[name], weight=rng.choice((1, 2, 5)))
-        elif roll < 0.35 and running:  # a running job's limit changes; its nodes do not
+        elif roll < 0.35 and any(j in self.jobs for j in running):
+            # a running job's limit changes; its nodes do not
             job_id = rng.choice([j for j in running if j in self.jobs])
             job = self.jobs[job_id]
             self.jobs[job_id] = replace(job, time_limit_s=rng.choice((None, 60, 36_000)))
@@ -154,6 +156,10 @@ class FakeCluster:
             if waiting:
                 job_id = rng.choice(waiting)
                 self.jobs[job_id] = replace(self.jobs[job_id], priority=rng.randint(1, 1000))
+        elif roll < 0.45:  # a pending job is cancelled
+            waiting = sorted(j.job_id for j in self.jobs.values() if j.is_pending)
+            if waiting:
+                del self.jobs[rng.choice(waiting)]
 
     def snapshot(self, fresh_objects: bool = False) -> ClusterSnapshot:
         """The cluster now; ``fresh_objects`` rebuilds every object as a new adapter read would."""
@@ -178,10 +184,13 @@ POLICIES = [
     Policy(backfill_depth=3, require_single_leaf=False),
     Policy(partitions=frozenset({"gpu"})),
     Policy(job_sizes=JobSizeDistribution("file", (JobShape(1, 4, 2.0), JobShape(2, 8, 1.0)))),
+    Policy(plan_check_every=1),
 ]
 
 
-@pytest.mark.parametrize("policy", POLICIES, ids=["default", "shallow", "managed", "sizes"])
+@pytest.mark.parametrize(
+    "policy", POLICIES, ids=["default", "shallow", "managed", "sizes", "checked"]
+)
 @pytest.mark.parametrize("label,fabric,loose", _fabrics(), ids=lambda x: str(x)[:24])
 def test_consecutive_passes_with_a_reused_cache_equal_passes_without(
     label: str, fabric: Fabric, loose: int, policy: Policy
@@ -199,6 +208,7 @@ def test_consecutive_passes_with_a_reused_cache_equal_passes_without(
         starts += len(plain.actions)
         reservations += len(plain.reservations)
         cluster.step(plain)
+    assert cache.mismatches == 0
     # The run exercised what the cache keeps: starts, reservations, and jobs coming and going.
     assert starts > 20
     assert reservations > 0
