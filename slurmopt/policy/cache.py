@@ -64,9 +64,15 @@ class Layout:
     buckets: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)
     free: dict[str, int] = field(default_factory=dict)
     entry: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+    #: ``ready[g][group]``: the group's nodes with at least ``g`` GPUs that ever have ``g`` free,
+    #: each with when it keeps them free for good as a pass starts (``-inf``: from now), sorted;
+    #: made on first use, dropped when a node of the group changes.
+    ready: dict[int, dict[str, list[tuple[float, str]]]] = field(default_factory=dict)
 
     def count(self, name: str, leaf: str | None, node: Node, free: int) -> None:
         """Move one usable node to ``free`` free GPUs in the pass-start indexes."""
+        for groups in self.ready.values():
+            groups.pop(name if leaf is None else leaf, None)
         old = self.free.get(name, 0)
         if leaf is not None and old != free:
             counts = self.count_ge[leaf]
@@ -355,6 +361,47 @@ class PlannerCache:
                 JobShape(n, d, float(c)) for (n, d), c in sorted(self._shape_counts.items())
             )
         return self._shapes
+
+    def ready_times(
+        self, layout: Layout, group: str, members: list[str], gpus: int, now: float
+    ) -> list[tuple[float, str]]:
+        """When each node of ``group`` keeps ``gpus`` free for good as a pass at ``now`` starts.
+
+        What :meth:`Timeline.available_from` answers on the pass's fresh
+        timeline, as ``(time, node)`` sorted, nodes that never do left out;
+        kept in the layout between passes.  Release times are kept unclipped,
+        so a node's answer is ``max(raw, now)``: only the nodes ready by
+        ``now`` are put in order again.
+        """
+        groups = layout.ready.setdefault(gpus, {})
+        raw = groups.get(group)
+        if raw is None:
+            raw = groups[group] = self._raw_ready(members, gpus)
+        cut = bisect.bisect_right(raw, (now, "\uffff"))
+        if not cut:
+            return raw
+        return sorted((now, name) for _, name in raw[:cut]) + raw[cut:]
+
+    def _raw_ready(self, members: list[str], gpus: int) -> list[tuple[float, str]]:
+        """Per node with ``gpus`` GPUs or more: the last release it needs to keep them free."""
+        nodes, free, events = self._nodes, self._free, self._events
+        out: list[tuple[float, str]] = []
+        for name in members:
+            if nodes[name].gpus_total < gpus:
+                continue
+            changes = events.get(name, ())
+            level = free[name] + sum(d for _, d in changes)
+            if level < gpus:
+                continue
+            at = -INFINITY
+            for t, delta in reversed(changes):
+                level -= delta
+                if level < gpus:
+                    at = t
+                    break
+            out.append((at, name))
+        out.sort()
+        return out
 
     def running_releases(self, name: str) -> list[tuple[float, int]]:
         """When the node's running jobs give their GPUs back, sorted (no reservations)."""
