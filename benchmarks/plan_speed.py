@@ -27,6 +27,10 @@ fabric of the same leaves and pods, with the 16,384/4,096 ratio of each
 (``scale_ratio``).  ``cached_median_pass_s``: the same pass again with a
 warm :class:`~slurmopt.policy.plan.PlannerCache` and an unchanged snapshot
 (what a planning loop pays when little changed between passes).
+CPU seconds, best of the passes: ``full_cpu_s`` the pass without a cache;
+``incremental_cpu_s`` and ``next_full_cpu_s`` the next cycles' passes (the
+last plan's starts made, a few jobs ended and arrived, 30 s on) with the
+loop's cache and without, whose plans must agree (``consecutive_cycles``).
 """
 
 from __future__ import annotations
