@@ -27,23 +27,34 @@ fabric of the same leaves and pods, with the 16,384/4,096 ratio of each
 (``scale_ratio``).  ``cached_median_pass_s``: the same pass again with a
 warm :class:`~slurmopt.policy.plan.PlannerCache` and an unchanged snapshot
 (what a planning loop pays when little changed between passes).
+CPU seconds, best of the passes: ``full_cpu_s`` the pass without a cache;
+``incremental_cpu_s`` and ``next_full_cpu_s`` the next cycles' passes (the
+last plan's starts made, a few jobs ended and arrived, 30 s on) with the
+loop's cache and without, whose plans must agree (``consecutive_cycles``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.synthetic import (
     LEAVES_PER_POD,
     NODES_PER_LEAF,
     child_json,
+    next_cycle,
     peak_rss_mb,
     synthetic_snapshot,
 )
+
+if TYPE_CHECKING:
+    from slurmopt.fabric import Fabric
+    from slurmopt.model import ClusterSnapshot
+    from slurmopt.policy.plan import Plan, PlannerCache
 
 RUNNING_AT_4096 = 3000
 HEADLINE = (4096, 10_000)
@@ -74,12 +85,13 @@ def run_child(
         num_nodes = len(fabric.compute_nodes)
     running = round(RUNNING_AT_4096 * num_nodes / 4096)
     snapshot = synthetic_snapshot(sorted(fabric.compute_nodes), running, num_pending, seed)
-    times = []
+    times, cpu = [], []
     result = None
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = plan(PlanRequest(snapshot, fabric))
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     assert result is not None
     # A planning loop passes one cache to every pass; here the snapshot has not changed since
     # the warm-up pass, so this is the set-up cost a pass no longer pays, at its largest.
@@ -91,6 +103,7 @@ def run_child(
         cached = plan(PlanRequest(snapshot, fabric), cache=cache)
         cached_times.append(time.perf_counter() - t0)
     assert cached.to_json() == result.to_json()
+    cycles = consecutive_cycles(snapshot, fabric, cached, cache, reps, seed)
     row: dict[str, Any] = {} if fabric_spec is None else {"fabric": fabric.source}
     return {
         **row,
@@ -99,10 +112,51 @@ def run_child(
         "running": sum(1 for j in snapshot.jobs.values() if j.is_active),
         "median_pass_s": round(statistics.median(times), 4),
         "cached_median_pass_s": round(statistics.median(cached_times), 4),
+        "full_cpu_s": round(min(cpu), 4),
+        **cycles,
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "starts": len(result.actions),
         "reservations": len(result.reservations),
         "unplaced": len(result.unplaced),
+    }
+
+
+def consecutive_cycles(
+    snapshot: ClusterSnapshot,
+    fabric: Fabric,
+    last: Plan,
+    cache: PlannerCache,
+    reps: int,
+    seed: int,
+) -> dict[str, float]:
+    """CPU seconds of the passes a planning loop makes from one cycle to the next.
+
+    Each cycle carries out the last plan's starts, ends a few running jobs and
+    adds a few pending ones, 30 s on (``next_cycle``).  The first cycle, which
+    carries out the whole first plan, is not timed.  Each timed cycle is planned
+    with the loop's cache (``incremental_cpu_s``, the best of ``reps``) and by
+    a fresh full pass (``next_full_cpu_s``); the two plans must be equal.
+    """
+    from slurmopt.policy.plan import PlanRequest, plan
+
+    rng = random.Random(seed)
+    snapshot = next_cycle(snapshot, ((a.job_id, a.nodes) for a in last.actions), rng)
+    last = plan(PlanRequest(snapshot, fabric), cache=cache)
+    incremental, full = [], []
+    for _ in range(reps):
+        snapshot = next_cycle(snapshot, ((a.job_id, a.nodes) for a in last.actions), rng)
+        c0 = time.process_time()
+        last = plan(PlanRequest(snapshot, fabric), cache=cache)
+        c1 = time.process_time()
+        whole = plan(PlanRequest(snapshot, fabric))
+        c2 = time.process_time()
+        assert whole.to_json() == last.to_json()
+        incremental.append(c1 - c0)
+        full.append(c2 - c1)
+    return {
+        "incremental_cpu_s": round(min(incremental), 4),
+        "next_full_cpu_s": round(min(full), 4),
+        "incremental_ratio": round(min(incremental) / (min(full) or 1e-9), 2),
     }
 
 
@@ -164,14 +218,17 @@ def _print_rows(title: str, rows: list[dict[str, Any]]) -> None:
     print(title)
     print(
         f"{'fabric':<16} {'nodes':>6} {'pending':>7} {'pass ms':>8} {'ratio':>6} "
-        f"{'cached':>7} {'RSS MB':>7} {'starts':>6} {'resv':>5}"
+        f"{'cached':>7} {'full CPU':>8} {'next CPU':>8} {'incr CPU':>8} {'RSS MB':>7} "
+        f"{'starts':>6} {'resv':>5}"
     )
     for r in rows:
         fabric = (r.get("spec") or "fat-tree")[:16]
         print(
             f"{fabric:<16} {r['nodes']:>6} {r['pending']:>7} {r['median_pass_s'] * 1000:>8.1f} "
             f"{r['ratio_to_smallest']:>6.2f} {r['cached_median_pass_s'] * 1000:>7.1f} "
-            f"{r['peak_rss_mb']:>7.1f} {r['starts']:>6} {r['reservations']:>5}"
+            f"{r['full_cpu_s'] * 1000:>8.1f} {r['next_full_cpu_s'] * 1000:>8.1f} "
+            f"{r['incremental_cpu_s'] * 1000:>8.1f} {r['peak_rss_mb']:>7.1f} "
+            f"{r['starts']:>6} {r['reservations']:>5}"
         )
 
 
@@ -210,7 +267,10 @@ def main() -> None:
                 print(
                     f"{row['fabric']}: {row['nodes']} nodes, {row['pending']} pending, "
                     f"{row['median_pass_s'] * 1000:.1f} ms per pass "
-                    f"({row['cached_median_pass_s'] * 1000:.1f} ms cached), "
+                    f"({row['cached_median_pass_s'] * 1000:.1f} ms cached; CPU "
+                    f"{row['full_cpu_s'] * 1000:.1f} ms full, "
+                    f"{row['incremental_cpu_s'] * 1000:.1f} ms next cycle incremental, "
+                    f"{row['next_full_cpu_s'] * 1000:.1f} ms full), "
                     f"{row['peak_rss_mb']:.0f} MB, "
                     f"{row['starts']} starts, {row['reservations']} reservations"
                 )

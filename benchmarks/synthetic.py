@@ -12,6 +12,8 @@ import random
 import resource
 import subprocess
 import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +140,48 @@ def synthetic_snapshot(
     return ClusterSnapshot.build(
         NOW, nodes_out, jobs, [Partition("gpu", tuple(node_names), default=True)]
     )
+
+
+def next_cycle(
+    snapshot: ClusterSnapshot,
+    starts: Iterable[tuple[int, Sequence[str]]],
+    rng: random.Random,
+    *,
+    step_s: float = 30.0,
+    ends: int = 4,
+    arrivals: int = 5,
+) -> ClusterSnapshot:
+    """The cluster one planning cycle later: ``starts`` made, then ``ends`` running jobs gone
+    and ``arrivals`` new pending jobs of the same mix, ``step_s`` seconds on.
+
+    What a planning loop sees between two passes, so a benchmark can time the second.
+    """
+    now = snapshot.taken_at + step_s
+    started = snapshot.with_started(starts, snapshot.taken_at)
+    nodes = dict(started.nodes)
+    jobs = dict(started.jobs)
+    running = sorted(j.job_id for j in jobs.values() if j.is_active)
+    for job_id in rng.sample(running, min(ends, len(running))):
+        job = jobs.pop(job_id)
+        for name in job.nodes:
+            node = nodes[name]
+            alloc = max(0, node.gpus_alloc - job.gpus_per_node)
+            state = NodeState.IDLE if alloc == 0 else NodeState.MIXED
+            nodes[name] = replace(node, gpus_alloc=alloc, alloc_cpus=alloc * 16, state=state)
+    weights = [w for w, _, _ in JOB_MIX]
+    shapes = [(n, d) for _, n, d in JOB_MIX]
+    next_id = max(jobs, default=0) + 1
+    for job_id in range(next_id, next_id + arrivals):
+        count, per_node = rng.choices(shapes, weights)[0]
+        jobs[job_id] = Job(
+            job_id=job_id,
+            state=JobState.PENDING,
+            reason="Priority",
+            partition="gpu",
+            node_count=count,
+            gpus_per_node=per_node,
+            time_limit_s=rng.choice(LIMITS_S),
+            priority=rng.randint(1, 100_000),
+            submit_time=now,
+        )
+    return replace(started, taken_at=now, nodes=nodes, jobs=jobs)

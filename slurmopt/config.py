@@ -128,6 +128,8 @@ class Config:
     align_ends: bool = True
     elastic_starts: bool = True
     plan_budget: int = 0
+    plan_seconds: float = 0.0
+    plan_check_every: int = 100
     heartbeat_path: str = "/run/slurmopt/heartbeat"
     node_name: str = ""
     heartbeat_max_age_s: float = 30.0

@@ -229,9 +229,17 @@ class DaemonMetrics:
         self.plan_depth = Gauge(
             "slurmopt_plan_depth",
             "Managed jobs the last pass planned, in priority order; fewer than it was given "
-            "when it stopped at its budget (plan_budget), the rest left for a later pass.",
+            "when it stopped at its budget (plan_budget or plan_seconds), the rest left for a "
+            "later pass.",
             registry=r,
         )
+        self.plan_check_mismatches = Counter(
+            "slurmopt_plan_check_mismatches",
+            "Checked passes (plan_check_every) whose plan made with the planner's cache differed "
+            "from the plan made without it; the latter was used.",
+            registry=r,
+        )
+        self._mismatches_seen = 0
         self.cycles = Counter(
             "slurmopt_cycles", "Daemon cycles, by the mode each ended in.", ["mode"], registry=r
         )
@@ -410,6 +418,12 @@ class DaemonMetrics:
         if depth is None:  # a plan made by hand: every job it holds was looked at
             depth = len(plan.actions) + len(plan.unplaced)
         self.plan_depth.set(depth)
+
+    def observe_plan_checks(self, mismatches: int) -> None:
+        """The planner cache's count of failed checks so far (``PlannerCache.mismatches``)."""
+        if mismatches > self._mismatches_seen:
+            self.plan_check_mismatches.inc(mismatches - self._mismatches_seen)
+        self._mismatches_seen = mismatches
 
     def observe_cycle(self, result: CycleResult, now: float) -> None:
         """Count the cycle by mode; a cycle that planned is a success at ``now``."""

@@ -480,6 +480,7 @@ class Daemon:
         self.metrics.observe_snapshot(snapshot)
         self.metrics.observe_fragmentation(report)
         self.metrics.observe_plan(result.plan, duration)
+        self.metrics.observe_plan_checks(self.planner_cache.mismatches)
         self._log_decisions(result.plan, mode)
         if acting:
             self.reasons = self._prove(snapshot, now)

@@ -19,10 +19,13 @@ from slurmopt.fabric import Fabric
 from slurmopt.model import ACTIVE_JOB_STATES, ClusterSnapshot, Job, JobState, Node, Partition
 from slurmopt.policy.backfill import INFINITY, Timeline
 from slurmopt.policy.fragmentation import JobShape, queue_shape
-from slurmopt.policy.ordering import priority_order
+from slurmopt.policy.ordering import OrderKey, order_key
 
 #: A running job's hold on one node: (ends at, GPUs it gives back, runs exclusive).
 _Hold = tuple[float, int, bool]
+#: A pending job in the planning order: its order key, and the job object it was made from.
+_Placed = tuple[OrderKey, Job]
+_first = operator.itemgetter(0)
 
 
 def _running_end(job: Job) -> float:
@@ -61,9 +64,15 @@ class Layout:
     buckets: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)
     free: dict[str, int] = field(default_factory=dict)
     entry: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+    #: ``ready[g][group]``: the group's nodes with at least ``g`` GPUs that ever have ``g`` free,
+    #: each with when it keeps them free for good as a pass starts (``-inf``: from now), sorted;
+    #: made on first use, dropped when a node of the group changes.
+    ready: dict[int, dict[str, list[tuple[float, str]]]] = field(default_factory=dict)
 
     def count(self, name: str, leaf: str | None, node: Node, free: int) -> None:
         """Move one usable node to ``free`` free GPUs in the pass-start indexes."""
+        for groups in self.ready.values():
+            groups.pop(name if leaf is None else leaf, None)
         old = self.free.get(name, 0)
         if leaf is not None and old != free:
             counts = self.count_ge[leaf]
@@ -119,6 +128,21 @@ class PlannerCache:
 
     def __init__(self) -> None:
         self._reset(None)
+        #: Passes since the last check against a pass without the cache, and the checks failed.
+        self.unchecked = 0
+        self.mismatches = 0
+
+    def clear(self) -> None:
+        """Drop everything kept (back to EMPTY); the next pass builds it all again."""
+        self._reset(None)
+
+    def check_due(self, every: int) -> bool:
+        """Count one pass; True when it is the ``every``-th since the last check (0: never)."""
+        self.unchecked += 1
+        if not every or self.unchecked < every:
+            return False
+        self.unchecked = 0
+        return True
 
     def _reset(self, fabric: Fabric | None) -> None:
         self._fabric = fabric
@@ -141,6 +165,9 @@ class PlannerCache:
         self._events: dict[str, list[tuple[float, int]]] = {}
         #: The last pass's jobs (as given), priorities and their planning order.
         self._order: tuple[list[Job], dict[int, int], list[Job]] | None = None
+        #: The last planning order's entries, by job id and in order.
+        self._placed: dict[int, _Placed] = {}
+        self._ranked: list[_Placed] = []
 
     # -- refresh -----------------------------------------------------------------------------
     def refresh(self, snapshot: ClusterSnapshot, fabric: Fabric) -> None:
@@ -295,7 +322,10 @@ class PlannerCache:
 
         Sorting the whole queue is a good part of a pass that plans few jobs;
         when the same job objects come in the same order with the same
-        priorities, the last order is given again.
+        priorities, the last order is given again.  Otherwise only the jobs
+        that are new, changed or of another priority are sorted, and merged
+        into the last order of the others (the keys are unique, so the merge
+        is the full sort).
         """
         known = self._order
         if (
@@ -305,7 +335,22 @@ class PlannerCache:
             and known[1] == priorities
         ):
             return list(known[2])
-        order = priority_order(jobs, priorities, preemptible_last=True)
+        placed = self._placed
+        fresh: dict[int, _Placed] = {}
+        added: list[_Placed] = []
+        for job in jobs:
+            priority = priorities.get(job.job_id, job.priority)
+            entry = placed.get(job.job_id)
+            if entry is None or entry[1] is not job or entry[0][1] != -priority:
+                entry = (order_key(job, priority, True), job)
+                added.append(entry)
+            fresh[job.job_id] = entry
+        merged = [e for e in self._ranked if fresh.get(e[1].job_id) is e]
+        added.sort(key=_first)
+        merged += added
+        merged.sort(key=_first)  # two sorted runs: one merge
+        self._placed, self._ranked = fresh, merged
+        order = [job for _, job in merged]
         self._order = (jobs, dict(priorities), order)
         return list(order)
 
@@ -316,6 +361,47 @@ class PlannerCache:
                 JobShape(n, d, float(c)) for (n, d), c in sorted(self._shape_counts.items())
             )
         return self._shapes
+
+    def ready_times(
+        self, layout: Layout, group: str, members: list[str], gpus: int, now: float
+    ) -> list[tuple[float, str]]:
+        """When each node of ``group`` keeps ``gpus`` free for good as a pass at ``now`` starts.
+
+        What :meth:`Timeline.available_from` answers on the pass's fresh
+        timeline, as ``(time, node)`` sorted, nodes that never do left out;
+        kept in the layout between passes.  Release times are kept unclipped,
+        so a node's answer is ``max(raw, now)``: only the nodes ready by
+        ``now`` are put in order again.
+        """
+        groups = layout.ready.setdefault(gpus, {})
+        raw = groups.get(group)
+        if raw is None:
+            raw = groups[group] = self._raw_ready(members, gpus)
+        cut = bisect.bisect_right(raw, (now, "\uffff"))
+        if not cut:
+            return raw
+        return sorted((now, name) for _, name in raw[:cut]) + raw[cut:]
+
+    def _raw_ready(self, members: list[str], gpus: int) -> list[tuple[float, str]]:
+        """Per node with ``gpus`` GPUs or more: the last release it needs to keep them free."""
+        nodes, free, events = self._nodes, self._free, self._events
+        out: list[tuple[float, str]] = []
+        for name in members:
+            if nodes[name].gpus_total < gpus:
+                continue
+            changes = events.get(name, ())
+            level = free[name] + sum(d for _, d in changes)
+            if level < gpus:
+                continue
+            at = -INFINITY
+            for t, delta in reversed(changes):
+                level -= delta
+                if level < gpus:
+                    at = t
+                    break
+            out.append((at, name))
+        out.sort()
+        return out
 
     def running_releases(self, name: str) -> list[tuple[float, int]]:
         """When the node's running jobs give their GPUs back, sorted (no reservations)."""

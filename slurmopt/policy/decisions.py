@@ -34,7 +34,8 @@ class Reason(StrEnum):
     NODES_UNAVAILABLE = "NODES_UNAVAILABLE"
     NOT_ELIGIBLE = "NOT_ELIGIBLE"
     UNSUPPORTED_REQUEST = "UNSUPPORTED_REQUEST"
-    # not looked at: past the pass's budget (``Policy.plan_budget``), planned in a later pass
+    # not looked at: past the pass's budget (``Policy.plan_budget`` or ``plan_seconds``),
+    # planned in a later pass
     NOT_PLANNED = "NOT_PLANNED"
 
 
@@ -179,7 +180,8 @@ class Plan:
     #: How many of the managed jobs, in priority order, the pass planned (None: not counted,
     #: as in a plan made by hand); the rest are ``NOT_PLANNED``.
     depth: int | None = None
-    #: False when the pass stopped at its budget (``Policy.plan_budget``) before the last job.
+    #: False when the pass stopped at its budget (``Policy.plan_budget`` or
+    #: ``plan_seconds``) before the last job.
     complete: bool = True
 
     def to_json(self) -> dict[str, Any]:

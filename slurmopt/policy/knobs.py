@@ -57,6 +57,15 @@ class Policy:
     are left ``NOT_PLANNED`` for a later pass: none starts, is given back to
     Slurm or is chosen to preempt for, since the pass made no reservations
     beyond the cut that such a start could have delayed.
+    ``plan_seconds``: the same cut made by the clock (0: none): once a pass
+    has run this long (wall clock, from the start of :func:`plan`), the jobs
+    it has not reached are left ``NOT_PLANNED``.  The head of the queue is
+    always planned, so a pass that overruns still makes progress; a pass
+    cut by the clock is not replayable, one cut by ``plan_budget`` is.
+    ``plan_check_every``: every this many passes that share one
+    :class:`~slurmopt.policy.cache.PlannerCache`, :func:`plan` also plans
+    without it and compares (0: never); a difference is logged as an error,
+    the plan without the cache is the one returned and the cache starts over.
     ``partitions``: the partitions slurmopt places jobs in (None: all).
     ``job_sizes``: the distribution the FGD measure uses (None: the queue).
     """
@@ -68,6 +77,8 @@ class Policy:
     align_ends: bool = True
     elastic: bool = True
     plan_budget: int = 0
+    plan_seconds: float = 0.0
+    plan_check_every: int = 100
     partitions: frozenset[str] | None = None
     job_sizes: JobSizeDistribution | None = None
 
@@ -134,6 +145,28 @@ class Count(Kind[int]):
         return value
 
 
+class Seconds(Kind[float]):
+    """A length of time in seconds, 0 or more (0: no bound)."""
+
+    config_type = float
+    expected = "a number of seconds"
+    examples = (0.0, 0.5)
+
+    def read(self, text: str) -> float:
+        try:
+            return self.check(float(text))
+        except ValueError:
+            raise ValueError(f"must be a number of seconds >= 0, got {text!r}") from None
+
+    def check(self, value: float) -> float:
+        if not 0 <= value < math.inf:  # NaN fails too
+            raise ValueError(f"must be 0 or more, got {value!r}")
+        return value
+
+    def text(self, value: float) -> str:
+        return repr(value)
+
+
 class Share(Kind[float | None]):
     """A share of a job's time limit, 0 or more; ``none`` (no bound) only in a variant.
 
@@ -191,6 +224,7 @@ class Knob:
 FLAG = Flag()
 COUNT = Count()
 SHARE = Share()
+SECONDS = Seconds()
 
 #: Every :class:`Policy` field, in field order (a unit test checks).
 KNOBS: tuple[Knob, ...] = (
@@ -259,6 +293,18 @@ KNOBS: tuple[Knob, ...] = (
         config_key="plan_budget",
         variant_key="plan_budget",
     ),
+    Knob(
+        "plan_seconds",
+        "how long one pass may run (wall clock) before the jobs not yet reached wait (0: no bound)",
+        SECONDS,
+        config_key="plan_seconds",
+    ),
+    Knob(
+        "plan_check_every",
+        "every this many cached passes one is checked against a pass without the cache (0: never)",
+        COUNT,
+        config_key="plan_check_every",
+    ),
     Knob("partitions", "the partitions slurmopt places jobs in (None: all)"),
     Knob("job_sizes", "the job-size distribution the FGD measure uses (None: the queue)"),
 )
@@ -294,6 +340,7 @@ __all__ = [
     "COUNT",
     "FLAG",
     "KNOBS",
+    "SECONDS",
     "SHARE",
     "VARIANT_KNOBS",
     "Count",
@@ -301,6 +348,7 @@ __all__ = [
     "Kind",
     "Knob",
     "Policy",
+    "Seconds",
     "Share",
     "configured",
     "lever_variants",

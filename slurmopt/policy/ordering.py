@@ -53,13 +53,21 @@ def priority_order(
     """
     overrides = priorities or {}
 
-    def key(job: Job) -> tuple[bool, int, float, int]:
-        prio = overrides.get(job.job_id, job.priority)
-        submitted = job.submit_time if job.submit_time is not None else math.inf
-        tier = preemptible_last and is_preemptible_comment(job.admin_comment)
-        return (tier, -prio, submitted, job.job_id)
+    def key(job: Job) -> OrderKey:
+        return order_key(job, overrides.get(job.job_id, job.priority), preemptible_last)
 
     return sorted(jobs, key=key)
+
+
+#: Where a job stands in :func:`priority_order`: lower first; unique (the job id is last).
+OrderKey = tuple[bool, int, float, int]
+
+
+def order_key(job: Job, priority: int, preemptible_last: bool) -> OrderKey:
+    """The job's place in :func:`priority_order` when its priority is ``priority``."""
+    submitted = job.submit_time if job.submit_time is not None else math.inf
+    tier = preemptible_last and is_preemptible_comment(job.admin_comment)
+    return (tier, -priority, submitted, job.job_id)
 
 
 def not_eligible(job: Job, now: float) -> str | None:

@@ -15,7 +15,7 @@ import bisect
 import heapq
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -110,8 +110,11 @@ class PlannerCore(ABC):
         now: float,
         jobs: list[Job],
         cache: PlannerCache,
+        deadline: tuple[Callable[[], float], float] | None = None,
     ) -> None:
         self.snapshot = snapshot
+        #: ``(clock, time)``: the pass plans no further job once ``clock()`` reaches ``time``.
+        self.deadline = deadline
         self.fabric = fabric
         self.policy = policy
         self.now = now
@@ -345,20 +348,30 @@ class PlannerCore(ABC):
 
     # -- one job -----------------------------------------------------------------------------
     def run(self) -> Plan:
-        """Plan the jobs in order, up to the policy's budget; the rest are ``NOT_PLANNED``.
+        """Plan the jobs in order, up to the policy's budgets; the rest are ``NOT_PLANNED``.
 
         The cut keeps the head of the queue planned in full: a job past it
         never starts on a pass that stopped before its turn, since it could
-        take what an unmade reservation of a job above it needs.
+        take what an unmade reservation of a job above it needs.  The clock
+        is read before each job but the first, so every pass plans the head.
         """
         budget = self.policy.plan_budget
         depth = min(budget, len(self.jobs)) if budget else len(self.jobs)
-        for job in self.jobs[:depth]:
-            self._plan_job(job)
+        detail = f"past this pass's budget of {budget} jobs (plan_budget)"
+        if self.deadline is None:
+            for job in self.jobs[:depth]:
+                self._plan_job(job)
+        else:
+            clock, stop_at = self.deadline
+            for i, job in enumerate(self.jobs[:depth]):
+                if i and clock() >= stop_at:
+                    depth = i
+                    seconds = self.policy.plan_seconds
+                    detail = f"past this pass's budget of {seconds:g} s (plan_seconds)"
+                    break
+                self._plan_job(job)
         if depth < len(self.jobs):
-            detail = (
-                f"past this pass's budget of {budget} jobs (plan_budget); planned in a later pass"
-            )
+            detail += "; planned in a later pass"
             for job in self.jobs[depth:]:
                 self._unplaced(job, Reason.NOT_PLANNED, detail)
         return Plan(

@@ -72,6 +72,12 @@ class Reservations(PlannerCore):
                     if hit[1]:
                         out[key] = hit[1]
                     continue
+                if not version:  # untouched by this pass: as the pass started
+                    times = self.cache.ready_times(pool.layout, key, members, gpus, self.now)
+                    cache[key] = (version, times)
+                    if times:
+                        out[key] = times
+                    continue
             times = []
             for name in members:
                 node = nodes[name]

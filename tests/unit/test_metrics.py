@@ -112,6 +112,7 @@ EXPORTED = {
     "slurmopt_plan_duration_seconds",
     "slurmopt_plan_jobs",
     "slurmopt_plan_depth",
+    "slurmopt_plan_check_mismatches",
     "slurmopt_cycles",
     "slurmopt_slurm_errors",
     "slurmopt_actions",

@@ -168,3 +168,52 @@ def test_a_simulation_with_a_budget_of_one_job_starts_the_head_first(tmp_path: P
     starts = {o.job.job_id: o.start for o in whole.outcomes}
     assert starts == {1: 0.0, 2: 100.0, 3: 2.0}
     assert {o.job.job_id: o.start for o in cut.outcomes} == {1: 0.0, 2: 100.0, 3: 150.0}
+
+
+class Ticks:
+    """A clock that moves one second each time it is read."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return float(self.reads)
+
+
+@pytest.mark.parametrize("seconds", [0.5, 5.5, 16.0])
+def test_a_pass_cut_by_the_clock_is_the_pass_cut_at_the_same_depth(seconds: float) -> None:
+    # The clock is read once as the pass starts and once before each job but the first, so
+    # with one tick a read, a budget of s seconds plans ceil(s) jobs (at least one).
+    depth = max(1, -int(-seconds // 1))
+    clocked = plan(_request(Policy(plan_seconds=seconds)), clock=Ticks())
+    counted = plan(_request(Policy(plan_budget=depth)))
+    assert clocked.depth == depth and not clocked.complete
+    assert clocked.actions == counted.actions and clocked.reservations == counted.reservations
+    cut = {u.job_id for u in counted.unplaced if u.reason is Reason.NOT_PLANNED}
+    assert cut == {u.job_id for u in clocked.unplaced if u.reason is Reason.NOT_PLANNED}
+    for u in clocked.unplaced:
+        if u.job_id in cut:
+            assert f"budget of {seconds:g} s (plan_seconds)" in u.detail
+        else:
+            assert u in counted.unplaced
+
+
+def test_the_count_budget_cuts_first_when_it_is_shorter() -> None:
+    result = plan(_request(Policy(plan_budget=3, plan_seconds=100.0)), clock=Ticks())
+    assert result.depth == 3
+    assert any("budget of 3 jobs" in u.detail for u in result.unplaced)
+
+
+def test_no_clock_is_read_without_a_seconds_budget() -> None:
+    def no_clock() -> float:
+        raise AssertionError("clock read")
+
+    request = _request(Policy())
+    assert plan(request, clock=no_clock) == plan(request)
+
+
+def test_a_generous_seconds_budget_leaves_the_pass_whole() -> None:
+    request = _request(Policy())
+    clocked = plan(dataclasses.replace(request, policy=Policy(plan_seconds=1e6)), clock=Ticks())
+    assert clocked.complete and clocked == plan(request)

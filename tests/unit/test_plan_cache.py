@@ -1,13 +1,15 @@
 """PlannerCache: passes that reuse a cache decide exactly what passes without one decide.
 
 A seeded fake cluster runs many consecutive passes (jobs start where the
-plan says, end, arrive, nodes drain and come back, time limits change,
-running jobs overrun); every pass is planned without a cache, with the
-reused cache and with a fresh cache, and the three plans must be equal.
+plan says, end, arrive, are cancelled or change priority, nodes drain and
+come back, time limits change, running jobs overrun); every pass is planned
+without a cache, with the reused cache and with a fresh cache, and the three
+plans must be equal.
 """
 
 from __future__ import annotations
 
+import gc
 import random
 from dataclasses import replace
 
@@ -18,7 +20,7 @@ from slurmopt.fabric.generators import fat_tree
 from slurmopt.model import ClusterSnapshot, Job, JobState, Node, NodeState, Partition
 from slurmopt.policy.backfill import Timeline
 from slurmopt.policy.fragmentation import JobShape, JobSizeDistribution, queue_distribution
-from slurmopt.policy.plan import Plan, PlannerCache, PlanRequest, Policy, plan
+from slurmopt.policy.plan import Plan, PlannerCache, PlanRequest, Policy, plan, priority_order
 from tests.unit.test_plan_helpers import NOW as HELPER_NOW
 from tests.unit.test_plan_helpers import gpu_node, leaf_fabric, pending, running, snapshot
 
@@ -144,7 +146,8 @@ class FakeCluster:
         elif roll < 0.25:  # a node's weight changes
             name = rng.choice(names)
             self.nodes[name] = replace(self.nodes[name], weight=rng.choice((1, 2, 5)))
-        elif roll < 0.35 and running:  # a running job's limit changes; its nodes do not
+        elif roll < 0.35 and any(j in self.jobs for j in running):
+            # a running job's limit changes; its nodes do not
             job_id = rng.choice([j for j in running if j in self.jobs])
             job = self.jobs[job_id]
             self.jobs[job_id] = replace(job, time_limit_s=rng.choice((None, 60, 36_000)))
@@ -153,6 +156,10 @@ class FakeCluster:
             if waiting:
                 job_id = rng.choice(waiting)
                 self.jobs[job_id] = replace(self.jobs[job_id], priority=rng.randint(1, 1000))
+        elif roll < 0.45:  # a pending job is cancelled
+            waiting = sorted(j.job_id for j in self.jobs.values() if j.is_pending)
+            if waiting:
+                del self.jobs[rng.choice(waiting)]
 
     def snapshot(self, fresh_objects: bool = False) -> ClusterSnapshot:
         """The cluster now; ``fresh_objects`` rebuilds every object as a new adapter read would."""
@@ -177,10 +184,13 @@ POLICIES = [
     Policy(backfill_depth=3, require_single_leaf=False),
     Policy(partitions=frozenset({"gpu"})),
     Policy(job_sizes=JobSizeDistribution("file", (JobShape(1, 4, 2.0), JobShape(2, 8, 1.0)))),
+    Policy(plan_check_every=1),
 ]
 
 
-@pytest.mark.parametrize("policy", POLICIES, ids=["default", "shallow", "managed", "sizes"])
+@pytest.mark.parametrize(
+    "policy", POLICIES, ids=["default", "shallow", "managed", "sizes", "checked"]
+)
 @pytest.mark.parametrize("label,fabric,loose", _fabrics(), ids=lambda x: str(x)[:24])
 def test_consecutive_passes_with_a_reused_cache_equal_passes_without(
     label: str, fabric: Fabric, loose: int, policy: Policy
@@ -198,6 +208,7 @@ def test_consecutive_passes_with_a_reused_cache_equal_passes_without(
         starts += len(plain.actions)
         reservations += len(plain.reservations)
         cluster.step(plain)
+    assert cache.mismatches == 0
     # The run exercised what the cache keeps: starts, reservations, and jobs coming and going.
     assert starts > 20
     assert reservations > 0
@@ -252,6 +263,95 @@ def test_a_failed_refresh_empties_the_cache() -> None:
         plan(PlanRequest(snap, fabric), cache=cache).to_json()
         == plan(PlanRequest(snap, fabric)).to_json()
     )
+
+
+def test_the_kept_planning_order_is_the_priority_order_as_the_queue_changes() -> None:
+    # Jobs arrive and leave, priorities and overrides change, jobs become preemptible, and the
+    # same job comes back as a new object: only the changed jobs are sorted again.
+    rng = random.Random(17)
+    tagged = "slurmopt:managed,preemptible"
+    jobs = {i: pending(i, priority=rng.randint(1, 50)) for i in range(1, 200)}
+    priorities: dict[int, int] = {}
+    cache = PlannerCache()
+    for step in range(60):
+        given = list(jobs.values())
+        rng.shuffle(given)
+        assert cache.planning_order(given, priorities) == priority_order(
+            given, priorities, preemptible_last=True
+        ), f"step {step}"
+        for _ in range(rng.randint(0, 6)):
+            roll, job_id = rng.random(), rng.randint(1, 260)
+            job = jobs.get(job_id)
+            if job is None:
+                jobs[job_id] = pending(job_id, priority=rng.randint(1, 50))
+            elif roll < 0.3:
+                del jobs[job_id]
+            elif roll < 0.5:
+                jobs[job_id] = replace(job, priority=rng.randint(1, 50))
+            elif roll < 0.7:
+                priorities[job_id] = rng.randint(1, 50)
+            elif roll < 0.8:
+                priorities.pop(job_id, None)
+            elif roll < 0.9:
+                jobs[job_id] = replace(job, admin_comment=tagged, submit_time=rng.random())
+            else:
+                jobs[job_id] = replace(job)
+
+
+def _spoil(cache: PlannerCache) -> None:
+    """Make the cache give the last planning order reversed, as a broken refresh might."""
+    assert cache._order is not None
+    jobs, priorities, order = cache._order
+    cache._order = (jobs, priorities, order[::-1])
+
+
+def test_every_nth_pass_is_checked_against_a_pass_without_the_cache(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fabric = fat_tree(64, 8, 4)
+    snap = FakeCluster(fabric, 0, seed=3).snapshot()
+    request = PlanRequest(snap, fabric, Policy(plan_check_every=3))
+    right = plan(request)
+    cache = PlannerCache()
+    assert plan(request, cache=cache) == right  # pass 1
+    _spoil(cache)
+    assert plan(request, cache=cache) != right  # pass 2: not checked, so the spoilt order shows
+    assert cache.mismatches == 0 and not caplog.records
+    with caplog.at_level("ERROR"):
+        assert plan(request, cache=cache) == right  # pass 3: checked; the full pass wins
+    assert cache.mismatches == 1
+    assert "differs from the same pass made without it" in caplog.text
+    assert plan(request, cache=cache) == right  # the cache started over
+
+
+def test_no_check_when_check_every_is_zero() -> None:
+    fabric = fat_tree(64, 8, 4)
+    snap = FakeCluster(fabric, 0, seed=3).snapshot()
+    request = PlanRequest(snap, fabric, Policy(plan_check_every=0))
+    cache = PlannerCache()
+    right = plan(request, cache=cache)
+    _spoil(cache)
+    for _ in range(5):
+        assert plan(request, cache=cache) != right
+    assert cache.mismatches == 0
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_a_pass_leaves_the_cyclic_collector_as_it_found_it(collecting: bool) -> None:
+    # The collector is paused for the pass only, also when the pass fails.
+    fabric = fat_tree(64, 8, 4)
+    snap = FakeCluster(fabric, 0, seed=13).snapshot()
+    broken = ClusterSnapshot(snap.taken_at, snap.nodes, {0: object()}, snap.partitions)  # type: ignore[dict-item]
+    was = gc.isenabled()
+    try:
+        (gc.enable if collecting else gc.disable)()
+        plan(PlanRequest(snap, fabric))
+        assert gc.isenabled() is collecting
+        with pytest.raises(AttributeError):
+            plan(PlanRequest(broken, fabric))
+        assert gc.isenabled() is collecting
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 def test_shared_timeline_copies_an_event_list_before_changing_it() -> None:

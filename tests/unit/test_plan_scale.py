@@ -9,10 +9,11 @@ must follow changed priorities.
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 
-from benchmarks.synthetic import synthetic_snapshot
+from benchmarks.synthetic import next_cycle, synthetic_snapshot
 from slurmopt.fabric.generators import fat_tree
 from slurmopt.policy.plan import PlannerCache, PlanRequest, Policy, plan
 from slurmopt.policy.planner import Ask
@@ -84,3 +85,22 @@ def test_a_kept_planning_order_follows_changed_priorities() -> None:
     )
     assert plan(flipped, cache=cache) == plan(flipped)
     assert plan(request, cache=cache) == plan(request)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_consecutive_synthetic_cycles_with_the_cache_equal_full_passes(seed: int) -> None:
+    # The benchmark's cycles (starts made, jobs ended and arrived), some long enough that
+    # running jobs overrun: the cached pass must be the full pass at every step.
+    fabric = fat_tree(256, 16, 4)
+    snap = synthetic_snapshot(sorted(fabric.compute_nodes), 190, 1200, seed)
+    rng = random.Random(seed)
+    cache = PlannerCache()
+    result = plan(PlanRequest(snap, fabric), cache=cache)
+    reservations = 0
+    for step in range(8):
+        starts = [(a.job_id, a.nodes) for a in result.actions]
+        snap = next_cycle(snap, starts, rng, step_s=(30.0, 5000.0)[step % 2], ends=step * 3)
+        result = plan(PlanRequest(snap, fabric), cache=cache)
+        assert result == plan(PlanRequest(snap, fabric)), f"cycle {step}"
+        reservations += len(result.reservations)
+    assert reservations > 0
