@@ -31,7 +31,6 @@ from tests.sandbox import SlurmSandbox
 
 pytestmark = pytest.mark.slurm
 
-SANDBOX_TOML = Path("/tmp/slurmopt-sandbox/etc/slurmopt.toml")
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from slurmopt.cli import main; main()"]
 LEAVES = {
@@ -95,8 +94,10 @@ class DaemonRun:
         self.log_path = tmp_path / "daemon.log"
         heartbeat = str(tmp_path / "heartbeat")
         max_age = 10
-        if SANDBOX_TOML.exists():
-            sandbox = tomllib.loads(SANDBOX_TOML.read_text())
+        # The sandbox's own settings, so the plugin of that sandbox (no other) sees the heartbeat.
+        sandbox_toml = Path(slurm.conf).parent / "slurmopt.toml"
+        if sandbox_toml.exists():
+            sandbox = tomllib.loads(sandbox_toml.read_text())
             heartbeat = sandbox.get("heartbeat_path", heartbeat)
             max_age = sandbox.get("heartbeat_max_age_s", max_age)
         self.heartbeat = heartbeat
