@@ -37,7 +37,9 @@ _RELEASE_DIR = Path(
     "/tmp/slurmopt-sandbox" if RELEASE == "bookworm" else f"/tmp/slurmopt-sandbox-{RELEASE}"
 )
 DEFAULT_DIR = Path(os.environ.get("SLURMOPT_SANDBOX_DIR") or _RELEASE_DIR)
-LOCK_PATH = Path(f"{_RELEASE_DIR}.lock")
+#: One lock per sandbox directory: a second sandbox of a release (``up --port-base``) is
+#: held apart from the first.
+LOCK_PATH = Path(f"{DEFAULT_DIR}.lock")
 
 
 def free_port() -> int:

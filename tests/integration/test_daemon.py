@@ -95,7 +95,8 @@ class DaemonRun:
         self.log_path = tmp_path / "daemon.log"
         heartbeat = str(tmp_path / "heartbeat")
         max_age = 10
-        # This sandbox's own config (each release's lives in its own directory).
+        # This sandbox's own config (each sandbox's lives in its own directory), so the plugin
+        # of that sandbox, and no other, sees the heartbeat.
         sandbox_toml = slurm.dir / "etc" / "slurmopt.toml"
         if sandbox_toml.exists():
             sandbox = tomllib.loads(sandbox_toml.read_text())

@@ -4,6 +4,7 @@ the communication penalty per tier crossed."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,8 @@ from hypothesis import strategies as st
 from slurmopt.errors import UsageError
 from slurmopt.fabric import Fabric, clos, fat_tree, leaf_spine
 from slurmopt.fabric.loaders import parse_topology_conf
+from slurmopt.fabric.topology_conf import load_topology_conf
+from slurmopt.hostlist import expand
 from slurmopt.model import Job, Node
 from slurmopt.policy.placement import choose_leaves, placement_cost
 from slurmopt.policy.plan import PlanRequest, Policy, plan
@@ -70,6 +73,17 @@ def test_ten_node_gang_stays_in_one_pod() -> None:
     span = fabric.span(chosen)
     assert span.max_hops == 4 and span.slowest_link_gbps == 400
     assert span.leaves == ("leaf1", "leaf2", "leaf4")
+
+
+def test_ten_node_gang_stays_in_one_pod_of_the_sandbox_fixture() -> None:
+    # The three-tier sandbox's layout (tests/integration/test_topology3.py), with the daemon's
+    # default policy: leaf1 + leaf4 (whole, in two pods) or leaf1-3 (5 + 3 + 2, one pod).
+    conf = Path(__file__).parents[1] / "fixtures" / "fabric" / "clos3-sandbox.conf"
+    fabric = load_topology_conf(conf)
+    free = set(expand("cn[01-08,11-12,16-20]"))
+    chosen = _gang(fabric, free, 10, Policy())
+    assert fabric.span(chosen).leaves == ("leaf1", "leaf2", "leaf3")
+    assert fabric.span(chosen).max_hops == 4
 
 
 def test_idle_cluster_gangs_take_whole_pods() -> None:
