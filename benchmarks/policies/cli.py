@@ -176,9 +176,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         for spec, policies in ((PREEMPT_TRACE, PREEMPT_POLICIES), (ELASTIC_TRACE, ELASTIC_POLICIES))
     )
     if args.update is not None:
-        _update(args.update, args.out, args.policy, args.workers, [
-            c for c in (*cases, *preempt_cases, *elastic_cases) if c.policy == args.policy
-        ])  # fmt: skip
+        parts = {"rows": cases, "preempt_rows": preempt_cases, "elastic_rows": elastic_cases}
+        _update(args.update, args.out, args.policy, args.workers, {
+            part: [c for c in found if c.policy == args.policy] for part, found in parts.items()
+        })  # fmt: skip
         return
     plotted = [
         c
@@ -303,21 +304,25 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _update(
-    path: Path, out: Path, policy: str, workers: int, cases: Sequence[Case]
+    path: Path, out: Path, policy: str, workers: int, cases: Mapping[str, Sequence[Case]]
 ) -> None:
-    """Run ``cases`` (one policy's) again and put their rows into the stored run at ``path``."""
-    if not cases:
+    """Run ``cases`` (one policy's, by part of the run) again into the stored run at ``path``.
+
+    Rows are matched within their part: the preemption and elastic workloads share labels.
+    """
+    if not any(cases.values()):
         raise SystemExit(f"benchmarks.policies: no case runs policy {policy!r}")
     doc: dict[str, Any] = json.loads(path.read_text())
     started = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
-        fresh = list(pool.map(run_case, cases))
     key = ("label", "load", "penalty", "policy")
-    by_key = {tuple(r[k] for k in key): r for r in fresh}
-    for part in ("rows", "preempt_rows", "elastic_rows"):
-        doc[part] = [by_key.pop(tuple(r[k] for k in key), r) for r in doc[part]]
-    if by_key:
-        raise SystemExit(f"benchmarks.policies: {len(by_key)} new rows match no stored row")
+    made = 0
+    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+        for part, part_cases in cases.items():
+            by_key = {tuple(r[k] for k in key): r for r in pool.map(run_case, part_cases)}
+            made += len(by_key)
+            doc[part] = [by_key.pop(tuple(r[k] for k in key), r) for r in doc[part]]
+            if by_key:
+                raise SystemExit(f"benchmarks.policies: {len(by_key)} new {part} match no row")
     doc["comparison"] = compare(doc["rows"], penalty=True)
     doc["comparison_off"] = compare(doc["rows"], penalty=False)
     doc["levers"] = lever_rows(doc["rows"])
@@ -325,7 +330,7 @@ def _update(
         {
             "date": datetime.date.today().isoformat(),
             "policy": policy,
-            "rows": len(fresh),
+            "rows": made,
             "command": _command(),
             "wall_s": time.perf_counter() - started,
         }

@@ -310,16 +310,31 @@ def test_update_runs_one_policy_again_and_keeps_the_other_rows(tmp_path: Path) -
     rows[0]["metrics"]["avg_jct_s"] *= 2  # as an older model of the baseline gave it
     kept = dict(rows[1]["metrics"], avg_jct_s=123.0)
     rows[1]["metrics"] = kept
+    # The preemption and elastic workloads share a label: each part keeps its own row.
+    synthetic = {
+        part: bench.Case(
+            "synthetic", spec, "synthetic", None, "fat-tree:4:2", 1.2, True, "slurm-backfill-tree"
+        )
+        for part, spec in (
+            ("preempt_rows", "jobs=20,preemptible=0.5,seed=3"),
+            ("elastic_rows", "jobs=30,elastic=0.5,seed=4"),
+        )
+    }
     stored = tmp_path / "policies.json"
-    stored.write_text(json.dumps(_doc(len(trace.jobs), nodes, rows, [])))
-    _update(stored, tmp_path, "slurm-backfill-tree", 1, cases[:1])
+    old = _doc(len(trace.jobs), nodes, rows, [{**rows[0], "label": "synthetic", "load": 1.2}])
+    old["elastic_rows"] = old["preempt_rows"]
+    stored.write_text(json.dumps(old))
+    parts = {"rows": cases[:1], **{part: [case] for part, case in synthetic.items()}}
+    _update(stored, tmp_path, "slurm-backfill-tree", 1, parts)
     doc = json.loads(stored.read_text())
+    for part, case in synthetic.items():
+        assert doc[part][0]["metrics"]["jobs"] == bench.run_case(case)["metrics"]["jobs"]
     assert doc["rows"][0]["metrics"]["avg_jct_s"] == fresh_jct
     assert doc["rows"][1]["metrics"] == kept
     assert doc["comparison"][0]["ratios"]["avg_jct_s"] == pytest.approx(123.0 / fresh_jct)
-    assert [(u["policy"], u["rows"]) for u in doc["updates"]] == [("slurm-backfill-tree", 1)]
+    assert [(u["policy"], u["rows"]) for u in doc["updates"]] == [("slurm-backfill-tree", 3)]
     text = (tmp_path / "benchmarks.md").read_text()
-    assert "the 1 runs of `slurm-backfill-tree` made again" in text
+    assert "the 3 runs of `slurm-backfill-tree` made again" in text
 
 
 def test_update_needs_a_policy(capsys: pytest.CaptureFixture[str]) -> None:
