@@ -356,6 +356,8 @@ class Context:
     unfinished: int = 0
     extra_wait_s: float = 0.0
     causes: Mapping[str, str] = field(default_factory=dict)
+    #: The prediction started slurmopt's jobs at the daemon's cycle plus the pin latency.
+    cycle_simulated: bool = False
 
 
 def likely_cause(row: RatioRow, ctx: Context) -> str:
@@ -374,9 +376,14 @@ def likely_cause(row: RatioRow, ctx: Context) -> str:
                 if ctx.extra_wait_s > 0
                 else ""
             )
+            modelled = (
+                "as simulated; plain Slurm's own timers are not"
+                if ctx.cycle_simulated
+                else "which the simulator does not model"
+            )
             parts.append(
                 f"the daemon starts a job only at its cycle (every {ctx.daemon_interval_s:g} s, "
-                f"then pin and release{extra}), which the simulator does not model"
+                f"then pin and release{extra}), {modelled}"
             )
         else:
             parts.append("plain Slurm started jobs later than simulated (its timers, not modelled)")
@@ -468,9 +475,18 @@ def scheduler_params(config_text: str) -> dict[str, float]:
 
 
 def predict(
-    workload: Workload, topology: str, params: Mapping[str, float], gpus_per_node: int
+    workload: Workload,
+    topology: str,
+    params: Mapping[str, float],
+    gpus_per_node: int,
+    daemon_interval_s: float = 0.0,
+    pin_latency_s: float = 0.0,
 ) -> dict[str, dict[str, Any]]:
-    """The simulator's figures for the compressed workload under both policies."""
+    """The simulator's figures for the compressed workload under both policies.
+
+    ``daemon_interval_s`` and ``pin_latency_s`` (0: off) start slurmopt's jobs as the
+    live daemon does: at its next cycle, after the pin and release.
+    """
     from slurmopt.fabric.loaders import load_fabric_file
 
     fabric = load_fabric_file(topology)
@@ -486,6 +502,8 @@ def predict(
             bf_max_job_test=int(params["bf_max_job_test"]),
             bf_window_s=params["bf_window_min"] * 60,
             bf_interval_s=params["bf_interval"],
+            daemon_interval_s=daemon_interval_s,
+            pin_latency_s=pin_latency_s,
         )
         out[policy] = result.metrics
     return out
@@ -713,6 +731,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="FILE", help="print a saved --json report as text")
     p.add_argument("--dry-run", action="store_true", help="compress and simulate only")
     p.add_argument(
+        "--sim-pin-latency", type=float, metavar="S",
+        help="simulate slurmopt's starts at the daemon's cycle (interval_s of its config) "
+        "plus S seconds to pin and release; without it they start at once",
+    )  # fmt: skip
+    p.add_argument(
         "--deadline", type=float, default=1800,
         help="seconds after the first submission to wait for the jobs of one run",
     )  # fmt: skip
@@ -759,7 +782,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         config_text = _run("scontrol", "show", "config")
     params = scheduler_params(config_text)
-    sim = predict(workload, str(conf_dir / "topology.conf"), params, gpn)
+    from slurmopt.config import load_config
+
+    interval_s = load_config().interval_s
+    cycle = {} if args.sim_pin_latency is None else {
+        "daemon_interval_s": interval_s, "pin_latency_s": args.sim_pin_latency,
+    }  # fmt: skip
+    sim = predict(workload, str(conf_dir / "topology.conf"), params, gpn, **cycle)
     header = {
         "trace": args.trace,
         "trace_format": args.trace_format,
@@ -773,6 +802,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cluster": {"nodes": nodes, "gpus_per_node": gpn},
         "slurm": params,
         "notes": list(trace.notes),
+        "sim_start_delay": cycle,
     }
     sim_plain, sim_ours = sim["slurm-backfill-tree"], sim["slurmopt"]
     if args.dry_run:
@@ -789,9 +819,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows = run.execute(jobcomp.group(1), args.deadline)
                 results[label] = run.summary(rows, nodes, gpn)
         plain, ours = results["plain"], results["slurmopt"]
-    from slurmopt.config import load_config
-
-    header["daemon_interval_s"] = load_config().interval_s
+    header["daemon_interval_s"] = interval_s
     report = {
         **header,
         "live": {"plain": plain, "slurmopt": ours},
@@ -819,6 +847,7 @@ def _table(report: Mapping[str, Any]) -> list[RatioRow]:
         unfinished=int(plain.get("unfinished", 0)) + int(ours.get("unfinished", 0)),
         extra_wait_s=(ours.get("mean_queue_delay_s") or 0.0)
         - (plain.get("mean_queue_delay_s") or 0.0),
+        cycle_simulated=bool(report.get("sim_start_delay")),
     )
     sim = report["simulated"]
     return ratio_table(plain, ours, sim["slurm-backfill-tree"], sim["slurmopt"], ctx)

@@ -93,7 +93,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="JSON",
         help="only write benchmarks.md again from a run's policies.json",
     )
+    parser.add_argument(
+        "--update",
+        type=Path,
+        metavar="JSON",
+        help="run only --policy's cases and put their rows into this run's policies.json "
+        "(the other rows are kept), then write benchmarks.md",
+    )
+    parser.add_argument("--policy", help="with --update: the policy whose cases run again")
     args = parser.parse_args(argv)
+    if (args.update is None) != (args.policy is None):
+        parser.error("--update and --policy go together")
+    if args.update is not None:
+        args.no_fill = True
     if args.render is not None:
         stored: dict[str, Any] = json.loads(args.render.read_text())
         # Ratios and their causes are derived from the runs: derive them again, so the page
@@ -163,6 +175,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         ]
         for spec, policies in ((PREEMPT_TRACE, PREEMPT_POLICIES), (ELASTIC_TRACE, ELASTIC_POLICIES))
     )
+    if args.update is not None:
+        parts = {"rows": cases, "preempt_rows": preempt_cases, "elastic_rows": elastic_cases}
+        _update(args.update, args.out, args.policy, args.workers, {
+            part: [c for c in found if c.policy == args.policy] for part, found in parts.items()
+        })  # fmt: skip
+        return
     plotted = [
         c
         for c in cases
@@ -283,6 +301,43 @@ def main(argv: Sequence[str] | None = None) -> None:
     results.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     print(f"wrote {results}")
     _write_doc(args.out, doc)
+
+
+def _update(
+    path: Path, out: Path, policy: str, workers: int, cases: Mapping[str, Sequence[Case]]
+) -> None:
+    """Run ``cases`` (one policy's, by part of the run) again into the stored run at ``path``.
+
+    Rows are matched within their part: the preemption and elastic workloads share labels.
+    """
+    if not any(cases.values()):
+        raise SystemExit(f"benchmarks.policies: no case runs policy {policy!r}")
+    doc: dict[str, Any] = json.loads(path.read_text())
+    started = time.perf_counter()
+    key = ("label", "load", "penalty", "policy")
+    made = 0
+    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+        for part, part_cases in cases.items():
+            by_key = {tuple(r[k] for k in key): r for r in pool.map(run_case, part_cases)}
+            made += len(by_key)
+            doc[part] = [by_key.pop(tuple(r[k] for k in key), r) for r in doc[part]]
+            if by_key:
+                raise SystemExit(f"benchmarks.policies: {len(by_key)} new {part} match no row")
+    doc["comparison"] = compare(doc["rows"], penalty=True)
+    doc["comparison_off"] = compare(doc["rows"], penalty=False)
+    doc["levers"] = lever_rows(doc["rows"])
+    doc.setdefault("updates", []).append(
+        {
+            "date": datetime.date.today().isoformat(),
+            "policy": policy,
+            "rows": made,
+            "command": _command(),
+            "wall_s": time.perf_counter() - started,
+        }
+    )
+    path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    print(f"wrote {path}")
+    _write_doc(out, doc)
 
 
 def _write_doc(out: Path, doc: Mapping[str, Any]) -> None:

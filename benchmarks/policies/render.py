@@ -242,6 +242,22 @@ def _evidence() -> list[str]:
     return [EVIDENCE.read_text(encoding="utf-8").rstrip("\n"), ""]
 
 
+def _updates(updates: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Which policy's rows were run again since (``--update``), when and by what command."""
+    out = []
+    for u in updates:
+        out += [
+            f"{u['date']}: the {u['rows']} runs of `{u['policy']}` made again "
+            f"({u['wall_s']:.0f} s wall), every other row kept from the run above, by:",
+            "",
+            "```",
+            u["command"],
+            "```",
+            "",
+        ]
+    return out
+
+
 def render(doc: Mapping[str, Any]) -> str:
     """The Markdown of ``docs/benchmarks.md`` from the run's results."""
     out = [
@@ -257,6 +273,7 @@ def render(doc: Mapping[str, Any]) -> str:
         "",
         f"Whole run: {doc['wall_s']:.0f} s wall. Simulator and metrics: `docs/simulator.md`.",
         "",
+        *_updates(doc.get("updates", ())),
         *_evidence(),
         *_summary(doc["comparison"]),
         "",

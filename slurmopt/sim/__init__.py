@@ -37,6 +37,8 @@ def simulate(
     bf_resolution_s: float = BF_RESOLUTION_S,
     clock_origin_s: float = 0.0,
     bf_phase_s: float | None = None,
+    daemon_interval_s: float = 0.0,
+    pin_latency_s: float = 0.0,
 ) -> SimResult:
     """Replay ``trace`` on ``fabric`` (every node ``gpus_per_node`` GPUs) under ``policy``.
 
@@ -44,6 +46,8 @@ def simulate(
     ``clock_origin_s`` is the wall-clock time of the trace's time 0, which Slurm's
     backfill map rounds against (``bf_resolution_s``); ``bf_phase_s`` when Slurm's
     backfill agent, already busy, passes first (None: it is idle at time 0).
+    ``daemon_interval_s`` and ``pin_latency_s`` (0: off) make ``slurmopt``'s jobs start
+    as the daemon starts them: at its next cycle, after the pin and release.
     """
     scheduler = make_scheduler(
         policy,
@@ -54,6 +58,8 @@ def simulate(
         bf_resolution_s,
         clock_origin_s,
         bf_phase_s,
+        daemon_interval_s,
+        pin_latency_s,
     )
     cluster = SimCluster(fabric, gpus_per_node)
     sim = Simulation(trace, cluster, scheduler, comm or CommModel(), progress=progress)

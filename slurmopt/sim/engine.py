@@ -153,6 +153,8 @@ class Simulation:
         preempts = victims_of is not None or requeued_of is not None
         #: The checkpoint and restart times the scheduler priced its preemptions with.
         cost = getattr(self.scheduler, "preempt_cost", SIM_PREEMPTION)
+        #: Seconds between a pass's decision and the job's start (the daemon's pin and release).
+        delay = float(getattr(self.scheduler, "start_delay_s", 0.0))
         tick_s = self.scheduler.tick_s
         agent = _Agent(tick_s) if tick_s else None
         phase = getattr(self.scheduler, "tick_phase_s", None)
@@ -244,7 +246,9 @@ class Simulation:
                 pending_priorities[job_id] = outcomes[job_id].job.priority
                 events += 1
             for job_id, nodes in starts:
-                cluster.start(job_id, nodes, at)
+                # The nodes are the job's from the decision; it runs from the delay's end.
+                begin = at + delay
+                cluster.start(job_id, nodes, begin)
                 pending_priorities.pop(job_id, None)
                 outcome = outcomes[job_id]
                 job = outcome.job
@@ -256,21 +260,21 @@ class Simulation:
                     work = max(work - done_s[job_id], 0.0) + cost.restart_s
                 run = work * factor * outcome.scale
                 if outcome.start is None:
-                    outcome.start = at
+                    outcome.start = begin
                 outcome.leaves = leaves
                 outcome.nodes = nodes
                 outcome.stretch = factor
                 if run > outcome.job.time_limit_s:
                     run = float(outcome.job.time_limit_s)
                     outcome.timed_out = True
-                outcome.end = at + run
-                live_end[job_id] = at + run
-                heapq.heappush(ends, (at + run, job_id))
+                outcome.end = begin + run
+                live_end[job_id] = begin + run
+                heapq.heappush(ends, (begin + run, job_id))
             if (
                 victims_of is not None
                 and not acks
                 and cluster.pending
-                and (starts or freed or arrived)
+                and (starts or freed or arrived or woken)
             ):
                 choice = victims_of(cluster, at)
                 if choice is not None:

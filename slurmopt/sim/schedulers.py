@@ -151,8 +151,26 @@ class PlannerScheduler:
     preempt_cost: PreemptionCost = SIM_PREEMPTION
     #: The preemption the last pass chose, and when (the engine takes it right after the pass).
     _choice: tuple[float, PreemptionChoice] | None = None
+    #: The daemon's cycle (s; 0: none): the planner runs only at multiples of it, so a change
+    #: between two cycles waits for the next one, as a daemon-managed job does.
+    cycle_s: float = 0.0
+    #: Seconds from a cycle's decision to the job's start (the pin and release), read by the engine.
+    start_delay_s: float = 0.0
+    #: The cycle boundary a deferred pass runs at (inf: none due).
+    _due: float = math.inf
+
+    def wake_at(self) -> float:
+        """When the engine must pass again though nothing happens: the next cycle, if one is due."""
+        return self._due
 
     def schedule(self, cluster: SimCluster, now: float, tick: bool) -> StartList:
+        if self.cycle_s > 0:
+            boundary = _next_boundary(now, self.cycle_s)
+            if boundary > now:
+                self._due = min(self._due, boundary)
+                self._choice = None
+                return []
+            self._due = math.inf
         snapshot = cluster.snapshot(now)
         if self.estimate is not None:
             snapshot = replace(snapshot, jobs=self._estimated(cluster, snapshot.jobs, now))
@@ -208,6 +226,12 @@ class PlannerScheduler:
         return job if seconds == limit else replace(job, time_limit_s=seconds)
 
 
+def _next_boundary(t: float, period: float) -> float:
+    """The first multiple of ``period`` at or after ``t`` (``t`` itself when it is one)."""
+    boundary = math.ceil(t / period) * period
+    return boundary - period if boundary - period >= t else boundary
+
+
 def make_scheduler(
     name: str,
     fabric: Fabric,
@@ -217,8 +241,14 @@ def make_scheduler(
     bf_resolution_s: float = BF_RESOLUTION_S,
     clock_origin_s: float = 0.0,
     bf_phase_s: float | None = None,
+    daemon_interval_s: float = 0.0,
+    pin_latency_s: float = 0.0,
 ) -> Scheduler:
-    """The scheduler a ``--policy`` name stands for (``slurmopt:KEY=VALUE,...`` a variant)."""
+    """The scheduler a ``--policy`` name stands for (``slurmopt:KEY=VALUE,...`` a variant).
+
+    ``daemon_interval_s`` and ``pin_latency_s`` (0: off) delay ``slurmopt``'s starts as
+    the daemon's cycle and its pin and release do; the baselines ignore them.
+    """
     if name == "slurmopt" or name.startswith("slurmopt:"):
         policy, runtime, preempt = parse_variant(name)
         estimate: RuntimeEstimate | None = {
@@ -226,7 +256,15 @@ def make_scheduler(
             "history": HistoryEstimate(),
             "oracle": OracleEstimate(),
         }[runtime]
-        return PlannerScheduler(fabric, policy, name=name, estimate=estimate, preempt=preempt)
+        return PlannerScheduler(
+            fabric,
+            policy,
+            name=name,
+            estimate=estimate,
+            preempt=preempt,
+            cycle_s=daemon_interval_s,
+            start_delay_s=pin_latency_s,
+        )
     if name == "slurmopt-daemon":
         from slurmopt.sim.daemon import DaemonScheduler  # imports the daemon, store and SQLAlchemy
 

@@ -311,14 +311,13 @@ class SlurmBackfillTree:
             timeline.add_node(name, cluster.free[name], releases.get(name, ()))
         running.sort(key=_end_of)
         free = dict(cluster.free)
-        #: The backfill map: per node, the [begin, end) slots held for waiting jobs.
-        holds: dict[str, list[tuple[float, float]]] = {}
-        #: Every hold's end, sorted: where TRY_LATER looks again.
-        hold_ends: list[float] = []
+        bf_map = _BackfillMap()
         #: _will_run answers for this pass, until a start changes what runs.
         seen: dict[tuple[int, int, tuple[str, ...]], tuple[float, list[str]] | None] = {}
         starts: StartList = []
         failed: set[tuple[int, int, float]] = set()
+        #: Shapes _hold found no hold for since the last start or hold: it would find none again.
+        unheld: set[tuple[int, int, float]] = set()
         pending = priority_order(list(cluster.pending.values()))
         for job in pending[: self.bf_max_job_test]:
             gpus, k = job.gpus_per_node, job.node_count
@@ -337,9 +336,12 @@ class SlurmBackfillTree:
                         free[name] -= gpus
                     bisect.insort(running, (end, tuple(chosen), gpus), key=_end_of)
                     seen.clear()
+                    unheld.clear()
                     starts.append((job.job_id, tuple(chosen)))
                     continue
                 failed.add(key)  # resources only shrink within a pass
+            if key in unheld:
+                continue
 
             def will_run(usable: list[str], job: Job = job) -> tuple[float, list[str]] | None:
                 key = (job.node_count, job.gpus_per_node, tuple(usable))
@@ -347,23 +349,23 @@ class SlurmBackfillTree:
                     seen[key] = self._will_run(tree, running, free, usable, job, now)
                 return seen[key]
 
-            hold = self._hold(cluster, will_run, holds, hold_ends, now, limit)
+            hold = self._hold(cluster, will_run, bf_map, now, limit)
             if hold is None:
+                unheld.add(key)
                 continue
+            unheld.clear()
             begin, until, held = hold
             # Slurm's backfill map holds whole nodes, whatever share of them the job needs.
             for name in held:
                 timeline.reserve(name, cluster.gpus_per_node, max(begin, now), until)
-                holds.setdefault(name, []).append((begin, until))
-            bisect.insort(hold_ends, until)
+            bf_map.add(begin, until, held)
         return starts
 
     def _hold(
         self,
         cluster: SimCluster,
         will_run: Callable[[list[str]], tuple[float, list[str]] | None],
-        holds: dict[str, list[tuple[float, float]]],
-        hold_ends: list[float],
+        bf_map: _BackfillMap,
         now: float,
         limit: float,
     ) -> tuple[float, float, list[str]] | None:
@@ -374,37 +376,70 @@ class SlurmBackfillTree:
         finds comes after the next hold ends (``later_start``), or its nodes are held
         during its own slots (``_test_resv_overlap()``), the loop tries again from
         that time (``TRY_LATER``).  None: no hold (no room, or beyond ``bf_window``).
+
+        The loop steps through every hold's end, so the holds overlapping the
+        window are counted per node as it slides (each hold enters and leaves
+        once), and :meth:`_will_run` is asked again only when the usable nodes
+        change.
         """
+        hold_ends, spans, by_begin, by_end = (
+            bf_map.ends, bf_map.spans, bf_map.by_begin, bf_map.by_end
+        )  # fmt: skip
         start_res = now
+        window_end = start_res + limit
+        #: Holds overlapping [start_res, window_end] per node (nodes with none are usable).
+        overlaps = dict.fromkeys(cluster.node_names, 0)
+        next_begin = bisect.bisect_right(by_begin, (window_end, INFINITY))
+        for _, i in by_begin[:next_begin]:
+            if spans[i][1] > start_res:
+                for name in bf_map.nodes[i]:
+                    overlaps[name] += 1
+        next_end = bisect.bisect_right(by_end, (start_res, INFINITY))
+        found = will_run([n for n in cluster.node_names if not overlaps[n]])
         for _ in range(2 * len(hold_ends) + 2):
-            window_end = start_res + limit
-            usable = [
-                n
-                for n in cluster.node_names
-                if not any(b <= window_end and e > start_res for b, e in holds.get(n, ()))
-            ]
+            if start_res - now > self.bf_window_s:
+                return None  # every start from here is at or after start_res: beyond the window
             after = bisect.bisect_right(hold_ends, start_res)
             later = hold_ends[after] if after < len(hold_ends) else None
-            found = will_run(usable)
             if found is None:
                 if later is None:
                     return None
-                start_res = later
-                continue
-            at, nodes = found
-            start = max(at, start_res)
-            if later is not None and start > later:
-                start_res = later
-                continue
-            if start - now > self.bf_window_s:
-                return None
-            begin = self._slot(start)
-            until = max(self._slot(start + limit), begin + self.bf_resolution_s)
-            clash = any(e > begin and b < until for n in nodes for b, e in holds.get(n, ()))
-            if clash and start > start_res:
-                start_res = start
-                continue
-            return (begin, until, nodes) if not clash else None
+                step_to = later
+            else:
+                at, nodes = found
+                start = max(at, start_res)
+                if later is not None and start > later:
+                    step_to = later
+                else:
+                    if start - now > self.bf_window_s:
+                        return None
+                    begin = self._slot(start)
+                    until = max(self._slot(start + limit), begin + self.bf_resolution_s)
+                    clash = bf_map.clashes(nodes, begin, until)
+                    if not clash or start <= start_res:
+                        return (begin, until, nodes) if not clash else None
+                    step_to = start
+            # Slide the window to [step_to, step_to + limit]: holds ending by step_to leave
+            # it, holds beginning by its new end (and still running then) enter it.
+            changed = False
+            old_end = window_end
+            start_res, window_end = step_to, step_to + limit
+            while next_end < len(by_end) and by_end[next_end][0] <= start_res:
+                i = by_end[next_end][1]
+                next_end += 1
+                if spans[i][0] <= old_end:
+                    for name in bf_map.nodes[i]:
+                        overlaps[name] -= 1
+                        changed = changed or not overlaps[name]
+            while next_begin < len(by_begin) and by_begin[next_begin][0] <= window_end:
+                i = by_begin[next_begin][1]
+                next_begin += 1
+                if spans[i][1] > start_res:
+                    for name in bf_map.nodes[i]:
+                        changed = changed or not overlaps[name]
+                        overlaps[name] += 1
+            if changed:
+                found = will_run([n for n in cluster.node_names if not overlaps[n]])
         return None
 
     def _will_run(
@@ -479,6 +514,36 @@ class SlurmBackfillTree:
         if res <= 0 or not math.isfinite(t):
             return t
         return math.floor((t + self.clock_origin_s) / res) * res - self.clock_origin_s
+
+
+class _BackfillMap:
+    """The slots held for waiting jobs in one backfill pass, by node, by begin and by end."""
+
+    def __init__(self) -> None:
+        #: Per node, the [begin, end) slots held on it.
+        self.by_node: dict[str, list[tuple[float, float]]] = {}
+        #: Every hold's end, sorted: where TRY_LATER looks again.
+        self.ends: list[float] = []
+        #: Each hold's (begin, end) and nodes, in the order they were made.
+        self.spans: list[tuple[float, float]] = []
+        self.nodes: list[list[str]] = []
+        #: (begin, hold) and (end, hold), sorted: what enters and leaves a sliding window.
+        self.by_begin: list[tuple[float, int]] = []
+        self.by_end: list[tuple[float, int]] = []
+
+    def add(self, begin: float, until: float, nodes: list[str]) -> None:
+        i = len(self.spans)
+        self.spans.append((begin, until))
+        self.nodes.append(nodes)
+        for name in nodes:
+            self.by_node.setdefault(name, []).append((begin, until))
+        bisect.insort(self.ends, until)
+        bisect.insort(self.by_begin, (begin, i))
+        bisect.insort(self.by_end, (until, i))
+
+    def clashes(self, nodes: list[str], begin: float, until: float) -> bool:
+        """Whether any of ``nodes`` is held during ``[begin, until)``."""
+        return any(e > begin and b < until for n in nodes for b, e in self.by_node.get(n, ()))
 
 
 def _end_of(run: tuple[float, tuple[str, ...], int]) -> float:

@@ -7,10 +7,12 @@ import pytest
 from benchmarks.live_ab import (
     GAP_POINTS,
     Context,
+    RatioRow,
     Row,
     Sample,
     compress,
     job_metrics,
+    likely_cause,
     parse_jobcomp,
     parse_squeue,
     ratio,
@@ -217,6 +219,14 @@ def test_ratio_table_compares_live_and_simulated_and_explains_gaps() -> None:
     text = render_table(list(rows.values()))
     assert "| mean JCT (s) | 100.0 | 90.0 | 0.900 | 0.920 | -2.0 |" in text
     assert "likely cause" in text
+
+
+def test_a_wait_gap_names_the_daemons_cycle_as_unmodelled_only_when_it_was_not_simulated() -> None:
+    row = RatioRow("mean_jct_s", "mean JCT (s)", 10.0, 12.0, 1.2, 10.0, 10.0, 1.0, 20.0)
+    ctx = Context(daemon_interval_s=2.0)
+    assert "which the simulator does not model" in likely_cause(row, ctx)
+    simulated = likely_cause(row, Context(daemon_interval_s=2.0, cycle_simulated=True))
+    assert "every 2 s" in simulated and "does not model" not in simulated
 
 
 def test_ratio_table_takes_a_named_cause_and_leaves_missing_figures_blank() -> None:

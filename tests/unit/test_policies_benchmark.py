@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,38 @@ def test_cluster_rule_holds_four_copies_of_the_largest_job_on_whole_leaves() -> 
     assert nodes >= bench.LARGEST_JOB_COPIES * largest
     assert nodes >= 2 * bench.NODES_PER_LEAF  # gangs need at least two leaves to choose from
     assert demand > 0
+
+
+def _doc(jobs: int, nodes: int, rows: list[Any], preempt_rows: list[Any]) -> dict[str, Any]:
+    """A stored run of the tiny window ``tiny`` (as ``policies.json`` holds one)."""
+    return {
+        "date": "2000-01-01",
+        "machine": "test, nproc 1",
+        "command": "python -m benchmarks.policies",
+        "wall_s": 1.0,
+        "traces": [
+            {
+                "label": "tiny",
+                "file": "tiresias.csv",
+                "limit_jobs": None,
+                "window": "whole file",
+                "trace": "tiny",
+                "jobs": jobs,
+                "multinode": 1,
+                "demand": 1.0,
+                "fabric": bench.fabric_spec(nodes),
+                "gpus": nodes * 8,
+            }
+        ],
+        "rows": rows,
+        "comparison": bench.compare(rows),
+        "comparison_off": [],
+        "levers": bench.lever_rows(rows),
+        "preempt_rows": preempt_rows,
+        "elastic_rows": [],
+        "plot": None,
+        "fill": None,
+    }
 
 
 def test_replay_compare_and_render_on_a_fixture() -> None:
@@ -49,35 +82,7 @@ def test_replay_compare_and_render_on_a_fixture() -> None:
     comparison = bench.compare(rows)
     assert [(c["label"], c["load"]) for c in comparison] == [("tiny", 0.01)]
     assert set(comparison[0]["ratios"]) == set(bench.METRICS)
-    text = bench.render(
-        {
-            "date": "2000-01-01",
-            "machine": "test, nproc 1",
-            "command": "python -m benchmarks.policies",
-            "wall_s": 1.0,
-            "traces": [
-                {
-                    "label": "tiny",
-                    "file": "tiresias.csv",
-                    "limit_jobs": None,
-                    "window": "whole file",
-                    "trace": "tiny",
-                    "jobs": len(trace.jobs),
-                    "multinode": 1,
-                    "demand": 1.0,
-                    "fabric": bench.fabric_spec(nodes),
-                    "gpus": nodes * 8,
-                }
-            ],  # fmt: skip
-            "rows": rows,
-            "comparison": comparison,
-            "comparison_off": [],
-            "levers": bench.lever_rows(rows),
-            "preempt_rows": [preempt_row],
-            "plot": None,
-            "fill": None,
-        }
-    )
+    text = bench.render(_doc(len(trace.jobs), nodes, rows, [preempt_row]))
     assert "| tiny | 0.01 |" in text
     assert "python -m benchmarks.policies" in text
     levers = bench.lever_rows(rows)
@@ -286,6 +291,57 @@ def test_summary_counts_met_cells_and_groups_misses_by_cause() -> None:
     assert "target below the packing floor (1)" in stranded
     assert "most stranding with nobody waiting (1)" in stranded
     assert rows["| `avg_wait_multinode_s` < 1"].endswith("| 0 of 0 | - |")
+
+
+def test_update_runs_one_policy_again_and_keeps_the_other_rows(tmp_path: Path) -> None:
+    from benchmarks.policies.cli import _update
+
+    trace = bench.load_window(str(FIXTURES / "tiresias.csv"), "tiresias", None)
+    nodes, _ = bench.size_cluster(trace)
+    cases = [
+        bench.Case(
+            "tiny", str(FIXTURES / "tiresias.csv"), "tiresias", None, bench.fabric_spec(nodes),
+            0.01, True, policy,
+        )  # fmt: skip
+        for policy in ("slurm-backfill-tree", "slurmopt")
+    ]
+    rows = [bench.run_case(c) for c in cases]
+    fresh_jct = rows[0]["metrics"]["avg_jct_s"]
+    rows[0]["metrics"]["avg_jct_s"] *= 2  # as an older model of the baseline gave it
+    kept = dict(rows[1]["metrics"], avg_jct_s=123.0)
+    rows[1]["metrics"] = kept
+    # The preemption and elastic workloads share a label: each part keeps its own row.
+    synthetic = {
+        part: bench.Case(
+            "synthetic", spec, "synthetic", None, "fat-tree:4:2", 1.2, True, "slurm-backfill-tree"
+        )
+        for part, spec in (
+            ("preempt_rows", "jobs=20,preemptible=0.5,seed=3"),
+            ("elastic_rows", "jobs=30,elastic=0.5,seed=4"),
+        )
+    }
+    stored = tmp_path / "policies.json"
+    old = _doc(len(trace.jobs), nodes, rows, [{**rows[0], "label": "synthetic", "load": 1.2}])
+    old["elastic_rows"] = old["preempt_rows"]
+    stored.write_text(json.dumps(old))
+    parts = {"rows": cases[:1], **{part: [case] for part, case in synthetic.items()}}
+    _update(stored, tmp_path, "slurm-backfill-tree", 1, parts)
+    doc = json.loads(stored.read_text())
+    for part, case in synthetic.items():
+        assert doc[part][0]["metrics"]["jobs"] == bench.run_case(case)["metrics"]["jobs"]
+    assert doc["rows"][0]["metrics"]["avg_jct_s"] == fresh_jct
+    assert doc["rows"][1]["metrics"] == kept
+    assert doc["comparison"][0]["ratios"]["avg_jct_s"] == pytest.approx(123.0 / fresh_jct)
+    assert [(u["policy"], u["rows"]) for u in doc["updates"]] == [("slurm-backfill-tree", 3)]
+    text = (tmp_path / "benchmarks.md").read_text()
+    assert "the 3 runs of `slurm-backfill-tree` made again" in text
+
+
+def test_update_needs_a_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--update", "policies.json"])
+    assert info.value.code == 2
+    assert "--update and --policy go together" in capsys.readouterr().err
 
 
 def test_a_bad_fabric_fails_before_any_replay(
