@@ -304,6 +304,7 @@ KNOBS: tuple[Knob, ...] = (
         "every this many cached passes one is checked against a pass without the cache (0: never)",
         COUNT,
         config_key="plan_check_every",
+        variant_key="plan_check_every",
     ),
     Knob("partitions", "the partitions slurmopt places jobs in (None: all)"),
     Knob("job_sizes", "the job-size distribution the FGD measure uses (None: the queue)"),

@@ -16,7 +16,7 @@ from slurmopt.config import Config, load_config
 from slurmopt.daemon.loop import Daemon
 from slurmopt.errors import ConfigError
 from slurmopt.policy.knobs import CONFIG_KNOBS, KNOBS, VARIANT_KNOBS, Knob, Policy, lever_variants
-from slurmopt.sim.schedulers import VARIANT_KEYS, parse_variant
+from slurmopt.sim.schedulers import SIM_POLICY, VARIANT_KEYS, parse_variant
 
 DEFAULT = Policy()
 
@@ -39,12 +39,12 @@ def _cases(table: Mapping[str, Knob], null: bool = True) -> list[tuple[str, Any]
     ]
 
 
-def _only_changed(policy: Policy, field: str, value: Any) -> None:
+def _only_changed(policy: Policy, field: str, value: Any, base: Policy = DEFAULT) -> None:
     assert getattr(policy, field) == value
     assert type(getattr(policy, field)) is type(value)
     for other in fields(Policy):
         if other.name != field:
-            assert getattr(policy, other.name) == getattr(DEFAULT, other.name), other.name
+            assert getattr(policy, other.name) == getattr(base, other.name), other.name
 
 
 def test_every_policy_field_has_one_row_in_field_order() -> None:
@@ -93,7 +93,7 @@ def test_a_variant_key_round_trips_through_parse_variant(key: str, value: Any) -
     assert knob.kind is not None
     policy, runtime, preempt = parse_variant(f"slurmopt:{key}={knob.kind.text(value)}")
     assert (runtime, preempt) == ("limit", True)
-    _only_changed(policy, knob.field, value)
+    _only_changed(policy, knob.field, value, SIM_POLICY)
 
 
 @pytest.mark.parametrize("key", VARIANT_KEYS)
@@ -106,4 +106,4 @@ def test_every_variant_key_is_a_knob_and_every_lever_parses() -> None:
     assert set(VARIANT_KEYS) == set(VARIANT_KNOBS)
     for name, what in lever_variants():
         assert what
-        assert parse_variant(name)[0] != DEFAULT
+        assert parse_variant(name)[0] != SIM_POLICY

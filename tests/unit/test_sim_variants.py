@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from slurmopt.model import Job, JobState
 from slurmopt.policy.plan import Policy
 from slurmopt.sim import CommModel, SimResult, read_trace, simulate
 from slurmopt.sim.fabrics import parse_fabric_spec
-from slurmopt.sim.schedulers import HistoryEstimate, PlannerScheduler, parse_variant
+from slurmopt.sim.schedulers import SIM_POLICY, HistoryEstimate, PlannerScheduler, parse_variant
 
 OFF = CommModel(enabled=False)
 # Job 1 holds 3 of 4 nodes until 100; job 2 needs all 4 from then.  Job 3 asks for
@@ -35,7 +36,10 @@ def _starts(result: SimResult) -> dict[int, float | None]:
 
 
 def test_plain_name_is_the_default_policy_planning_with_limits() -> None:
-    assert parse_variant("slurmopt") == (Policy(), "limit", True)
+    # The daemon's defaults but for how often the planner cache is checked (see SIM_POLICY).
+    assert parse_variant("slurmopt") == (SIM_POLICY, "limit", True)
+    assert replace(SIM_POLICY, plan_check_every=Policy().plan_check_every) == Policy()
+    assert parse_variant("slurmopt:plan_check_every=1")[0].plan_check_every == 1
 
 
 def test_variant_sets_each_named_knob_and_nothing_else() -> None:
