@@ -127,6 +127,28 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
+def section(doc: Mapping[str, Any]) -> list[str]:
+    """The "Three-tier fabrics" section of ``docs/benchmarks.md`` from a ``--json`` file."""
+    return [
+        "## Three-tier fabrics",
+        "",
+        "The windows above on a three-tier Clos (leaf, pod spine, core) of the leaf-spine's "
+        f"nodes, leaves of {NODES_PER_LEAF}, leaves per pod a quarter of the leaves (1 to "
+        f"{MAX_LEAVES_PER_POD}), at least two pods, whole pods (nodes rounded up where the "
+        f"leaves do not fill the last), core uplinks {doc['oversub']:g}:1, penalty on. Tier: "
+        "0 one leaf, 1 one pod, 2 across pods; above best tier: multi-node jobs crossing a "
+        "tier their best placement on the idle fabric does not. Ratios slurmopt / "
+        f"slurm-backfill-tree. Run {doc['date']} on {doc['machine']} "
+        f"({doc['wall_s']:.0f} s wall) by:",
+        "",
+        "```",
+        doc["command"],
+        "```",
+        "",
+        *table(doc["rows"]),
+    ]
+
+
 def _command(argv: Sequence[str]) -> str:
     niceness = os.nice(0)
     prefix = f"nice -n {niceness} " if niceness > 0 else ""

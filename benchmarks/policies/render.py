@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from benchmarks.policies.settings import (
     PREEMPT_FABRIC,
     PREEMPT_METRICS,
     PREEMPT_TRACE,
+    REPO,
     TARGETS,
 )
 
@@ -236,10 +238,29 @@ def _synthetic_table(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str]) 
 EVIDENCE = Path(__file__).resolve().parents[1] / "evidence.md"
 
 
-def _evidence() -> list[str]:
-    if not EVIDENCE.is_file():
+#: The same windows on three-tier Clos fabrics (``python -m benchmarks.tiers``, run by hand):
+#: its stored figures, and the hand-written reading of them kept beside it.
+TIERS_JSON = REPO / "docs" / "benchmarks" / "tiers.json"
+TIERS_NOTE = Path(__file__).resolve().parents[1] / "tiers.md"
+
+
+def _included(path: Path) -> list[str]:
+    if not path.is_file():
         return []
-    return [EVIDENCE.read_text(encoding="utf-8").rstrip("\n"), ""]
+    return [path.read_text(encoding="utf-8").rstrip("\n"), ""]
+
+
+def _evidence() -> list[str]:
+    return _included(EVIDENCE)
+
+
+def _tiers() -> list[str]:
+    if not TIERS_JSON.is_file():
+        return []
+    from benchmarks.tiers import section
+
+    stored = json.loads(TIERS_JSON.read_text(encoding="utf-8"))
+    return [*section(stored), "", *_included(TIERS_NOTE)]
 
 
 def _updates(updates: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -404,6 +425,7 @@ def render(doc: Mapping[str, Any]) -> str:
         "",
         *_synthetic_table(doc.get("elastic_rows", []), ELASTIC_METRICS),
         "",
+        *_tiers(),
         "## All figures",
         "",
     ]

@@ -7,7 +7,15 @@ from typing import Any
 import pytest
 
 from benchmarks.policies import size_cluster
-from benchmarks.tiers import BASELINE, CONTENDER, cell_rows, clos_layout, clos_spec, table
+from benchmarks.tiers import (
+    BASELINE,
+    CONTENDER,
+    cell_rows,
+    clos_layout,
+    clos_spec,
+    section,
+    table,
+)
 from slurmopt.sim.fabrics import parse_fabric_spec
 from slurmopt.sim.traces import Trace, TraceJob
 
@@ -61,3 +69,23 @@ def test_rows_and_table_from_given_results() -> None:
     assert lines[2] == "| w | 1.0 | `clos:2:1:8:2` | 1.010 | 0.800 | 1.50 / 1.25 | 1 / 3 |"
     assert "not run: too low" in lines[4]
     assert lines[-1] == "1 of 3 cells within <= 1.02 on both ratios."
+
+
+def test_section_says_command_and_date_and_ends_with_the_count() -> None:
+    results = [
+        _run("w", 1.0, BASELINE, 100.0, 50.0, 1.5),
+        _run("w", 1.0, CONTENDER, 99.0, 50.0, 1.0),
+    ]
+    doc = {
+        "date": "2000-01-01",
+        "machine": "test, nproc 1",
+        "command": "python -m benchmarks.tiers --workers 2",
+        "wall_s": 1.0,
+        "oversub": 2.0,
+        "rows": cell_rows(results, {"w": "clos:2:1:8:2"}),
+    }
+    lines = section(doc)
+    assert lines[0] == "## Three-tier fabrics"
+    assert "python -m benchmarks.tiers --workers 2" in lines
+    assert "2000-01-01" in lines[2] and "2:1" in lines[2]
+    assert lines[-1] == "1 of 1 cells within <= 1.02 on both ratios."
