@@ -20,14 +20,13 @@ import json
 import math
 import os
 import platform
-import shlex
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from benchmarks.policies.cli import command_line
 from benchmarks.policies.runs import Case, load_window, run_case, size_cluster
 from benchmarks.policies.settings import (
     DEFAULT_TRACES,
@@ -149,12 +148,6 @@ def section(doc: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _command(argv: Sequence[str]) -> str:
-    niceness = os.nice(0)
-    prefix = f"nice -n {niceness} " if niceness > 0 else ""
-    return (prefix + "python -m benchmarks.tiers " + shlex.join(argv)).rstrip()
-
-
 def _cases(
     root: Path, windows: Sequence[TraceSpec], oversub: float
 ) -> tuple[list[Case], list[dict[str, Any]]]:
@@ -192,7 +185,6 @@ def _cases(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args_list = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="traces directory")
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
@@ -206,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="LABEL",
         help="only this window of benchmarks.policies' TRACES (repeatable; default all)",
     )
-    args = parser.parse_args(args_list)
+    args = parser.parse_args(argv)
     windows = [t for t in TRACES if args.window is None or t.label in args.window]
     if not windows:
         parser.error(f"no window named {args.window}; known: {[t.label for t in TRACES]}")
@@ -230,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         doc = {
             "date": datetime.date.today().isoformat(),
             "machine": f"{platform.machine()}, nproc {os.cpu_count()}",
-            "command": _command(args_list),
+            "command": command_line("benchmarks.tiers", argv),
             "wall_s": round(wall, 1),
             "oversub": args.oversub,
             "fabrics": fabrics,

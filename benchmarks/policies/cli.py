@@ -53,10 +53,12 @@ from benchmarks.policies.settings import (
 )
 
 
-def _command() -> str:
+def command_line(module: str = "benchmarks.policies", argv: Sequence[str] | None = None) -> str:
+    """The command a run was made by, with its niceness: what the docs show to run it again."""
     niceness = os.nice(0)
     prefix = f"nice -n {niceness} " if niceness > 0 else ""
-    return (prefix + "python -m benchmarks.policies " + shlex.join(sys.argv[1:])).rstrip()
+    args = sys.argv[1:] if argv is None else argv
+    return (prefix + f"python -m {module} " + shlex.join(args)).rstrip()
 
 
 def _fixed_fabric_nodes(parser: argparse.ArgumentParser, spec: str | None) -> int | None:
@@ -285,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "date": datetime.date.today().isoformat(),
         "machine": f"{platform.node() or 'unknown host'}, nproc {os.cpu_count()}, "
         f"Python {platform.python_version()}",
-        "command": _command(),
+        "command": command_line(),
         "wall_s": time.perf_counter() - started,
         "traces": traces,
         "rows": rows,
@@ -331,7 +333,7 @@ def _update(
             "date": datetime.date.today().isoformat(),
             "policy": policy,
             "rows": made,
-            "command": _command(),
+            "command": command_line(),
             "wall_s": time.perf_counter() - started,
         }
     )
