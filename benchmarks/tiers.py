@@ -50,13 +50,18 @@ MAX_LEAVES_PER_POD = 8
 def clos_layout(nodes: int) -> tuple[int, int, int]:
     """(pods, leaves per pod, nodes) of the Clos for a leaf-spine of ``nodes``.
 
-    Leaves of ``NODES_PER_LEAF``; leaves per pod a quarter of the leaves
-    (1 to 8), so there are at least two pods; whole pods, so the node
-    count is rounded up when the leaves do not fill the last pod, and a
-    window of one leaf gets a second (a pod of its own).
+    Leaves of ``NODES_PER_LEAF``; at least two pods of 2 to 8 leaves each, so
+    every pod's spine joins leaves; whole pods, so the node count is rounded
+    up to the fewest leaves that whole pods allow (a window of one to three
+    leaves gets four), the larger pods first among equals.
     """
     leaves = math.ceil(nodes / NODES_PER_LEAF)
-    per_pod = max(1, min(MAX_LEAVES_PER_POD, leaves // 4))
+    largest = max(2, min(MAX_LEAVES_PER_POD, leaves // 2))
+
+    def total(per_pod: int) -> tuple[int, int]:
+        return max(2, math.ceil(leaves / per_pod)) * per_pod, -per_pod
+
+    per_pod = min(range(2, largest + 1), key=total)
     pods = max(2, math.ceil(leaves / per_pod))
     return pods, per_pod, pods * per_pod * NODES_PER_LEAF
 
@@ -132,9 +137,9 @@ def section(doc: Mapping[str, Any]) -> list[str]:
         "## Three-tier fabrics",
         "",
         "The windows above on a three-tier Clos (leaf, pod spine, core) of the leaf-spine's "
-        f"nodes, leaves of {NODES_PER_LEAF}, leaves per pod a quarter of the leaves (1 to "
-        f"{MAX_LEAVES_PER_POD}), at least two pods, whole pods (nodes rounded up where the "
-        f"leaves do not fill the last), core uplinks {doc['oversub']:g}:1, penalty on. Tier: "
+        f"nodes, leaves of {NODES_PER_LEAF}, at least two pods of 2 to {MAX_LEAVES_PER_POD} "
+        "leaves, whole pods (nodes rounded up to the fewest leaves that whole pods allow), "
+        f"core uplinks {doc['oversub']:g}:1, penalty on. Tier: "
         "0 one leaf, 1 one pod, 2 across pods; above best tier: multi-node jobs crossing a "
         "tier their best placement on the idle fabric does not. Ratios slurmopt / "
         f"slurm-backfill-tree. Run {doc['date']} on {doc['machine']} "

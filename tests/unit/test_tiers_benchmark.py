@@ -32,9 +32,9 @@ def _window(gang_nodes: int) -> Trace:
 def test_clos_has_at_least_two_pods_three_tiers_and_the_leaf_spines_nodes(gang_nodes: int) -> None:
     leaf_spine, _ = size_cluster(_window(gang_nodes))
     pods, per_pod, nodes = clos_layout(leaf_spine)
-    assert pods >= 2
+    assert pods >= 2 and per_pod >= 2  # every pod's spine joins leaves
     assert nodes >= leaf_spine
-    assert nodes - leaf_spine < max(per_pod * 8, 16)  # rounded up by less than a pod
+    assert nodes - leaf_spine < max(per_pod * 8, 32)  # rounded up by less than a pod
     fabric = parse_fabric_spec(clos_spec(leaf_spine, 2.0))
     assert len(fabric.compute_nodes) == nodes
     assert max(fabric.tiers().tier.values()) == 2  # leaf, pod, core
