@@ -57,9 +57,7 @@ def load_fabric_file(
         raise FabricError("unknown fabric file type: use .conf, .yaml or .yml", str(path))
     text = read(path)
     doc = Yaml(str(path))
-    root = doc.compose(text)
-    if root is None:
-        raise FabricError("empty file", str(path))
+    root = doc.root(text)
     if isinstance(root, yaml.SequenceNode):
         return slurm_yaml_fabric(doc, root, known_nodes, source=f"topology.yaml {path}")
     return fabric_yaml(doc, root, known_nodes, source=f"fabric file {path}")

@@ -86,6 +86,13 @@ class Yaml:
     def fail(self, cause: str, node: yaml.Node | None) -> FabricError:
         return FabricError(cause, self.path, self.line(node) if node is not None else None)
 
+    def root(self, text: str) -> yaml.Node:
+        """The document's root node; an empty document is an error."""
+        root = self.compose(text)
+        if root is None:
+            raise FabricError("empty file", self.path)
+        return root
+
     def compose(self, text: str) -> yaml.Node | None:
         try:
             return yaml.compose(text, Loader=_Loader)
@@ -245,10 +252,7 @@ def parse_slurm_topology_yaml(
 ) -> Fabric:
     """Slurm's ``topology.yaml`` (25.05+) from text."""
     doc = Yaml(path)
-    root = doc.compose(text)
-    if root is None:
-        raise FabricError("empty file", path)
-    return slurm_yaml_fabric(doc, root, known_nodes, source)
+    return slurm_yaml_fabric(doc, doc.root(text), known_nodes, source)
 
 
 def load_slurm_topology_yaml(
@@ -378,10 +382,7 @@ def parse_fabric_yaml(
 ) -> Fabric:
     """slurmopt's fabric YAML from text."""
     doc = Yaml(path)
-    root = doc.compose(text)
-    if root is None:
-        raise FabricError("empty file", path)
-    return fabric_yaml(doc, root, known_nodes, source)
+    return fabric_yaml(doc, doc.root(text), known_nodes, source)
 
 
 def load_fabric_yaml(path: str | Path, known_nodes: Collection[str] | None = None) -> Fabric:
