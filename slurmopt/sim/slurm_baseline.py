@@ -224,6 +224,22 @@ def _first_fit(cluster: SimCluster, free: dict[str, int], job: Job) -> list[str]
     return None
 
 
+def _until_first_wait(
+    cluster: SimCluster, choose: Callable[[dict[str, int], Job], Sequence[str] | None]
+) -> StartList:
+    """Slurm's main scheduler: priority order, each job on ``choose``'s nodes, until one waits."""
+    free = dict(cluster.free)
+    starts: StartList = []
+    for job in priority_order(list(cluster.pending.values())):
+        chosen = choose(free, job)
+        if chosen is None:
+            break
+        for name in chosen:
+            free[name] -= job.gpus_per_node
+        starts.append((job.job_id, tuple(chosen)))
+    return starts
+
+
 @dataclass
 class SlurmFifo:
     """Slurm ``sched/builtin``: priority order, first fit by node index, stop at the first miss."""
@@ -232,16 +248,7 @@ class SlurmFifo:
     tick_s: float | None = None
 
     def schedule(self, cluster: SimCluster, now: float, tick: bool) -> StartList:
-        free = dict(cluster.free)
-        starts: StartList = []
-        for job in priority_order(list(cluster.pending.values())):
-            chosen = _first_fit(cluster, free, job)
-            if chosen is None:
-                break
-            for name in chosen:
-                free[name] -= job.gpus_per_node
-            starts.append((job.job_id, tuple(chosen)))
-        return starts
+        return _until_first_wait(cluster, lambda free, job: _first_fit(cluster, free, job))
 
 
 @dataclass
@@ -283,17 +290,12 @@ class SlurmBackfillTree:
     def _main(self, cluster: SimCluster) -> StartList:
         """The event-driven main scheduler: priority order until the first job that waits."""
         tree = self._placement(cluster)
-        free = dict(cluster.free)
-        starts: StartList = []
-        for job in priority_order(list(cluster.pending.values())):
+
+        def choose(free: dict[str, int], job: Job) -> Sequence[str] | None:
             usable = [n for n in cluster.node_names if free[n] >= job.gpus_per_node]
-            chosen = tree.place(usable, job.node_count)
-            if chosen is None:
-                break
-            for name in chosen:
-                free[name] -= job.gpus_per_node
-            starts.append((job.job_id, tuple(chosen)))
-        return starts
+            return tree.place(usable, job.node_count)
+
+        return _until_first_wait(cluster, choose)
 
     def _backfill(self, cluster: SimCluster, now: float) -> StartList:
         tree = self._placement(cluster)
