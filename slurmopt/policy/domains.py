@@ -10,7 +10,7 @@ the nodes free now and to those free later.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from slurmopt.fabric.core import Tiers
@@ -24,6 +24,23 @@ def segment_problem(need: int, segment: int, domains: int) -> str | None:
     if need % segment:
         return f"segment size {segment} does not divide the job's {need} nodes"
     return None
+
+
+def group_by_domain(
+    nodes: Iterable[tuple[str, str]], domain_of: Callable[[str], str | None]
+) -> dict[str, dict[str, list[str]]]:
+    """``(leaf, node)`` pairs by NVLink domain, then leaf, in the order given; others left out."""
+    by_domain: dict[str, dict[str, list[str]]] = {}
+    for leaf, name in nodes:
+        domain = domain_of(name)
+        if domain is not None:
+            by_domain.setdefault(domain, {}).setdefault(leaf, []).append(name)
+    return by_domain
+
+
+def domain_sizes(by_domain: Mapping[str, Mapping[str, Sequence[str]]]) -> dict[str, int]:
+    """The usable nodes of each domain in a :func:`group_by_domain` grouping."""
+    return {d: sum(map(len, leaves.values())) for d, leaves in by_domain.items()}
 
 
 def choose_domains(

@@ -14,7 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from slurmopt.policy.decisions import Reason
-from slurmopt.policy.domains import choose_domains, pick_in_domains, segment_problem
+from slurmopt.policy.domains import (
+    choose_domains,
+    domain_sizes,
+    group_by_domain,
+    pick_in_domains,
+    segment_problem,
+)
 from slurmopt.policy.placement import choose_leaves
 from slurmopt.policy.planner import Ask, Failure, PlannerCore, Pool
 
@@ -110,14 +116,11 @@ class GangPlacement(PlannerCore):
         problem = segment_problem(k, segment, len(domains))
         if problem is not None:
             return Failure(Reason.NEEDS_NODES_IN_ONE_DOMAIN, problem)
-        domain_of = self.fabric.domain_of
-        by_domain: dict[str, dict[str, list[str]]] = {}
-        for leaf in respected.counts:
-            for name in respected.nodes(leaf):
-                domain = domain_of(name)
-                if domain is not None:
-                    by_domain.setdefault(domain, {}).setdefault(leaf, []).append(name)
-        usable = {d: sum(map(len, leaves.values())) for d, leaves in by_domain.items()}
+        by_domain = group_by_domain(
+            ((leaf, name) for leaf in respected.counts for name in respected.nodes(leaf)),
+            self.fabric.domain_of,
+        )
+        usable = domain_sizes(by_domain)
         take = choose_domains(usable, k, segment)
         order = self._node_order
         chosen = None if take is None else pick_in_domains(take, by_domain, self.tiers, order)

@@ -15,7 +15,13 @@ from collections.abc import Sequence
 
 from slurmopt.policy.backfill import INFINITY
 from slurmopt.policy.decisions import Reason, Reservation
-from slurmopt.policy.domains import choose_domains, pick_in_domains, segment_problem
+from slurmopt.policy.domains import (
+    choose_domains,
+    domain_sizes,
+    group_by_domain,
+    pick_in_domains,
+    segment_problem,
+)
 from slurmopt.policy.placement import choose_leaves
 from slurmopt.policy.planner import Ask, Failure, PlannerCore, Pool
 
@@ -115,17 +121,9 @@ class Reservations(PlannerCore):
                 break
         if start is None:
             return None
-        by_domain: dict[str, dict[str, list[str]]] = {}
-        at_of: dict[str, float] = {}
-        for at, name in ready:
-            if at > start:
-                break
-            domain = domain_of(name)
-            assert domain is not None
-            by_domain.setdefault(domain, {}).setdefault(self._leaf(name) or name, []).append(name)
-            at_of[name] = at
-        usable = {d: sum(map(len, leaves.values())) for d, leaves in by_domain.items()}
-        take = choose_domains(usable, k, segment)
+        at_of = {name: at for at, name in ready if at <= start}
+        by_domain = group_by_domain(((self._leaf(n) or n, n) for n in at_of), domain_of)
+        take = choose_domains(domain_sizes(by_domain), k, segment)
         # Latest-ready nodes first: the earlier ones stay free for backfill.
         chosen = (
             None
