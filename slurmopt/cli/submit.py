@@ -140,12 +140,15 @@ def sbatch_option_table() -> OptionTable:
         proc = subprocess.run(
             [binary, "--version"], capture_output=True, text=True, timeout=15, check=False
         )
-        answer = proc.stdout if proc.returncode == 0 else ""
+        answer, failed = proc.stdout, None
+        if proc.returncode != 0:
+            lines = proc.stderr.strip().splitlines()
+            answer, failed = "", lines[-1] if lines else f"exit {proc.returncode}"
     except OSError as exc:
         raise _cannot_run(binary, exc) from None
     except subprocess.TimeoutExpired:
-        answer = ""
-    table, warning = table_for(answer)
+        answer, failed = "", "no answer in 15 s"
+    table, warning = table_for(answer, failed)
     if warning is not None:
         click.echo(warning, err=True)
     return table

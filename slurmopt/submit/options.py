@@ -67,11 +67,13 @@ def _release_key(release: str) -> tuple[int, ...]:
 _RELEASE = re.compile(r"(\d+)\.(\d+)")
 
 
-def table_for(version: str | None) -> tuple[OptionTable, str | None]:
+def table_for(version: str | None, failed: str | None = None) -> tuple[OptionTable, str | None]:
     """The table for ``sbatch --version``'s answer, and a warning when it is not one we ship.
 
     An unknown or unreadable release gets the newest table: options only
     ever get added between releases far more often than removed.
+    ``failed`` says why ``sbatch --version`` gave no answer (its last error
+    line), so the warning names the cause rather than the symptom.
     """
     known = tables()
     newest = newest_table()
@@ -81,6 +83,8 @@ def table_for(version: str | None) -> tuple[OptionTable, str | None]:
         if release in known:
             return known[release], None
         said = f"no sbatch option table for Slurm {release}"
+    elif failed:
+        said = f"sbatch --version failed ({failed})"
     else:
         said = "sbatch --version named no Slurm release"
     return newest, (

@@ -64,6 +64,13 @@ def test_table_is_chosen_by_release_newest_with_a_warning(
         assert warning.startswith("slurmopt: warning: ") and "\n" not in warning
 
 
+def test_a_failed_version_query_is_named_in_the_warning() -> None:
+    cause = "sbatch: fatal: Could not establish a configuration source"
+    table, warning = table_for("", cause)
+    assert table.release == "26.05"
+    assert warning is not None and f"sbatch --version failed ({cause})" in warning
+
+
 @pytest.mark.parametrize("release", ["24.11", "26.05"])
 def test_tres_per_task_value_is_not_the_script(release: str) -> None:
     script = "#!/bin/sh\n#SOPT --preemptible\nhostname\n"
