@@ -345,7 +345,7 @@ def _script_options(
         except UnknownOption as exc:
             stray = exc.word
         if stray is not None:
-            word = stray
+            word = _with_value(stray, line.words)
             raise UsageError(
                 f"{script_name}:{line.lineno}: {word!r} is not a slurmopt option "
                 f"({OWN_PREFIX} lines take only --preemptible, --elastic, --nvlink-domain)"
@@ -361,6 +361,16 @@ def _script_options(
             )
         own_opts.extend(split.options)
     return sbatch_opts, own_opts
+
+
+def _with_value(word: str, words: Sequence[str]) -> str:
+    """``word`` and the value after it on the line (``-N 2``): the error shows what was written."""
+    if word not in words:
+        return word
+    after = words[list(words).index(word) + 1 :]
+    if word.startswith("-") and "=" not in word and after and not after[0].startswith("-"):
+        return f"{word} {after[0]}"
+    return word
 
 
 def _own_options(options: Sequence[Option], script_name: str) -> JobTag:
