@@ -110,6 +110,11 @@ def _status(job_id: int, state: str, exit_code: str | None) -> JobStatus:
     return JobStatus(job_id, status.state, 128 + killed if killed else int(code))
 
 
+def _first_line(result: CommandResult) -> str:
+    """What a one-line error names of a failed command: its first line of stderr, or its exit."""
+    return (result.stderr.strip() or f"exit {result.returncode}").splitlines()[0]
+
+
 class CliSlurmClient:
     """:class:`~slurmopt.slurm.base.SlurmClient` over Slurm's command-line tools."""
 
@@ -162,7 +167,7 @@ class CliSlurmClient:
         result = self._call(argv)
         what = " ".join(argv)
         if result.returncode != 0 or _UNREACHABLE.search(result.stderr):
-            first = (result.stderr.strip() or f"exit {result.returncode}").splitlines()[0]
+            first = _first_line(result)
             if _UNREACHABLE.search(result.stderr):
                 # 22.05 reports it inside squeue's JSON (below); later releases on stderr.
                 raise SlurmUnavailable(f"{what}: slurmctld unreachable: {first}")
@@ -170,6 +175,17 @@ class CliSlurmClient:
             if down is not None:
                 raise SlurmUnavailable(f"{what}: slurmctld unreachable: {down}")
             raise SlurmResponseError(f"{what}: {first}")
+        return result.stdout
+
+    def output(self, argv: Sequence[str], what: str) -> str:
+        """A helper command's stdout (``scontrol token``), or SlurmUnavailable naming ``what``.
+
+        Not a read of the cluster's state, so a failure is not put down to the
+        controller (no ``scontrol ping``): its own first line of stderr says why.
+        """
+        result = self._call(argv)
+        if result.returncode != 0:
+            raise SlurmUnavailable(f"{what} failed: {_first_line(result)}")
         return result.stdout
 
     def _read_json(self, argv: Sequence[str]) -> dict[str, object]:

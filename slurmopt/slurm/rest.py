@@ -95,11 +95,7 @@ class TokenSource:
             except (OSError, UnicodeDecodeError) as exc:
                 raise SlurmUnavailable(f"cannot read {self.what}: {exc}") from None
         elif self.command:
-            done = self.cli._call(self.argv)
-            if done.returncode != 0:
-                why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[0]
-                raise SlurmUnavailable(f"{self.what} failed: {why}")
-            text = done.stdout
+            text = self.cli.output(self.argv, self.what)
         else:
             text = os.environ.get("SLURM_JWT", "")
         jwt = text.strip().removeprefix("SLURM_JWT=").strip()
