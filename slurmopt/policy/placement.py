@@ -84,7 +84,8 @@ def placement_cost(
     1. the highest tier spanned (one leaf < one pod < one core group ...);
     2. the bottleneck bandwidth of the links crossed, widest first
        (oversubscription included);
-    3. the blocks spanned, tier by tier from the top down (pods, then leaves);
+    3. the blocks spanned, tier by tier from the top down (core groups, then
+       pods, then leaves: the fewest of each tier before the fewest of the next);
     4. best fit, tier by tier from the top down: the fewest usable nodes left
        over on the blocks spanned, then the smaller largest block (a pod kept
        whole is worth more than a leaf kept whole);
@@ -192,12 +193,6 @@ class _Search:
     def _tier(self, unit: str) -> int:
         return self.tiers.tier.get(unit, self.top_tier) if unit in self.kids else 0
 
-    def whole(self, unit: str) -> list[tuple[str, int]]:
-        """Every usable node under a unit."""
-        if unit not in self.kids:
-            return [(unit, self.free[unit])]
-        return [t for kid in self.kids[unit] for t in self.whole(kid)]
-
     def best(self, unit: str, need: int) -> tuple[Cost, LeafChoice]:
         """The lowest-cost choice of ``need`` nodes inside ``unit`` (which holds them)."""
         free = self.free
@@ -216,20 +211,32 @@ class _Search:
             choice = self._leaf_choice([(free[k], k) for k in names], need, tier)
             return placement_cost(choice, self.tiers, free, tuple(names)), choice
         # Above pods: each of a few sets of the fewest children (the fullest ones, and the
-        # best partner of each), spread over the fewest of their leaves; the cheapest wins.
+        # best partner of each), narrowed tier by tier to the fewest units; the cheapest wins.
         best: tuple[Cost, LeafChoice] | None = None
         for names in _subsets(cands, need, _fewest(cands, need)):
-            leaves = sorted(
-                ((free[leaf], leaf) for k in names for leaf, _ in self.whole(k)),
-                key=lambda x: (-x[0], x[1]),
-            )
-            _, _, picked = _best_subset(leaves, need, _fewest(leaves, need))
-            choice = self._leaf_choice([(free[leaf], leaf) for leaf in picked], need, tier)
-            found = (placement_cost(choice, self.tiers, free, tuple(names)), choice)
-            if best is None or found[0] < best[0]:
-                best = found
+            for picked in self._narrow(names, need):
+                choice = self._leaf_choice([(free[leaf], leaf) for leaf in picked], need, tier)
+                found = (placement_cost(choice, self.tiers, free, tuple(names)), choice)
+                if best is None or found[0] < best[0]:
+                    best = found
         assert best is not None
         return best
+
+    def _narrow(self, units: list[str], need: int) -> list[list[str]]:
+        """Leaf sets for ``need`` nodes inside ``units``: the fewest units of each tier, top down.
+
+        The units of the highest tier among ``units`` give way to their children, pooled; of
+        the pool, a few sets of the fewest (as :func:`_subsets`) are narrowed again, and at
+        the leaves the fewest by best fit.  So a gang across core groups takes the fewest
+        pods in them before the fewest leaves, whatever the depth of the tree.
+        """
+        top = max(self._tier(u) for u in units)
+        below = [k for u in units for k in (self.kids[u] if self._tier(u) == top else [u])]
+        pool = sorted(((self.free[k], k) for k in below), key=lambda x: (-x[0], x[1]))
+        m = _fewest(pool, need)
+        if all(k not in self.kids for _, k in pool):
+            return [_best_subset(pool, need, m)[2]]
+        return [leaves for names in _subsets(pool, need, m) for leaves in self._narrow(names, need)]
 
     def _leaf_choice(self, chosen: list[tuple[int, str]], need: int, tier: int) -> LeafChoice:
         take = _fill(chosen, need)

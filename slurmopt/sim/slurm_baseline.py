@@ -69,10 +69,16 @@ class TreePlacement:
     the fabric keeps no file order, so here that is the one whose first node
     comes first.  A node under no leaf is a group of its own below the switch
     it is wired to.
+
+    ``closer_first`` is the rule of Slurm 24.05.3 and later (SchedMD commit
+    64263118, "Prefer shorter switch distance over tighter resource fit"): a
+    closer leaf wins whenever it holds the rest of the job (or the switch the
+    comparison climbed to does), however much worse it fits.
     """
 
-    def __init__(self, fabric: Fabric, order: dict[str, int]) -> None:
+    def __init__(self, fabric: Fabric, order: dict[str, int], closer_first: bool = False) -> None:
         self.order = order
+        self.closer_first = closer_first
         graph = fabric.graph
         self.group_of = {n: fabric.leaf_of(n) or n for n in order}
         rank: dict[str, int] = {}
@@ -139,26 +145,27 @@ class TreePlacement:
     def _level_of(self, name: str) -> int:
         return self._level.get(name, 0)
 
-    def _compare(self, i: str, j: str, rem: int, count: dict[str, int]) -> int:
-        """Slurm's ``_topo_compare_switches``: > 0 when ``i`` fits the ``rem`` nodes tighter."""
+    def _compare(self, i: str, j: str, rem: int, count: dict[str, int]) -> tuple[int, bool]:
+        """Slurm's ``_topo_compare_switches``: > 0 when ``i`` fits the ``rem`` nodes tighter;
+        with it whether ``i``, or the switch above it the comparison stopped at, holds them."""
         while True:
             i_fit, j_fit = count.get(i, 0) >= rem, count.get(j, 0) >= rem
             if i_fit and j_fit:
                 if count.get(i, 0) != count.get(j, 0):
-                    return 1 if count.get(i, 0) < count.get(j, 0) else -1
+                    return (1 if count.get(i, 0) < count.get(j, 0) else -1), i_fit
                 break
             if i_fit != j_fit:
-                return 1 if i_fit else -1
+                return (1 if i_fit else -1), i_fit
             pi, pj = self._parent.get(i, i), self._parent.get(j, j)
             if (pi != i or pj != j) and pi != pj:
                 i, j = pi, pj
                 continue
             break
         if count.get(i, 0) != count.get(j, 0):
-            return 1 if count.get(i, 0) > count.get(j, 0) else -1
+            return (1 if count.get(i, 0) > count.get(j, 0) else -1), i_fit
         if self._level_of(i) != self._level_of(j):
-            return 1 if self._level_of(i) < self._level_of(j) else -1
-        return 0
+            return (1 if self._level_of(i) < self._level_of(j) else -1), i_fit
+        return 0, i_fit
 
     def place(self, usable: Sequence[str], k: int) -> list[str] | None:
         """``k`` of the ``usable`` nodes (given in node order), or None if they are too few."""
@@ -196,8 +203,9 @@ class TreePlacement:
                 if best is None:
                     best = group
                     continue
-                tcs = self._compare(group, best, rem, count)
-                if (dist[group] < dist[best] and tcs >= 0) or (
+                tcs, holds = self._compare(group, best, rem, count)
+                closer_wins = holds if self.closer_first else tcs >= 0
+                if (dist[group] < dist[best] and closer_wins) or (
                     dist[group] == dist[best] and tcs > 0
                 ):
                     best = group

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from slurmopt.fabric import Fabric
 from slurmopt.fabric.generators import fat_tree
+from slurmopt.fabric.topology_conf import load_topology_conf
+from slurmopt.hostlist import expand
 from slurmopt.sim import CommModel, read_trace, simulate
 from slurmopt.sim.fabrics import parse_fabric_spec
 from slurmopt.sim.slurm_baseline import TreePlacement
@@ -185,3 +187,17 @@ def test_gang_leaves_follow_slurm_2205_best_fit_and_distance() -> None:
     # 1 node: every leaf holds it; leaf1 and leaf2 have one usable node each, the tightest,
     # and leaf1 is listed first.
     assert tree.place(usable, 1) == ["gpu0001"]
+
+
+def test_from_2405_3_a_closer_leaf_that_holds_the_rest_wins() -> None:
+    # The three-tier sandbox fixture (2 pods x 3 leaves x 5 nodes); free: cn08 (leaf2, pod 1),
+    # cn17-19 (leaf4), cn21,23,25 (leaf5), cn28-29 (leaf6).  4 nodes: leaf4 first (3, the
+    # largest), then 1 more.  22.05 takes leaf2's one node, the tightest fit, across the core;
+    # 24.05.3 on (as Slurm 24.11 does in the trixie sandbox) takes leaf6, 2 hops closer.
+    conf = Path(__file__).parents[1] / "fixtures" / "fabric" / "clos3-sandbox.conf"
+    fabric = load_topology_conf(conf)
+    order = {n: i for i, n in enumerate(sorted(fabric.compute_nodes))}
+    free = expand("cn[08,17-19,21,23,25,28-29]")
+    assert TreePlacement(fabric, order).place(free, 4) == ["cn17", "cn18", "cn19", "cn08"]
+    closer = TreePlacement(fabric, order, closer_first=True)
+    assert closer.place(free, 4) == ["cn17", "cn18", "cn19", "cn28"]

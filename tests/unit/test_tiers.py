@@ -3,6 +3,7 @@ the communication penalty per tier crossed."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -129,9 +130,70 @@ def test_two_level_fabric_keeps_fewest_leaves() -> None:
     assert choice is not None and dict(choice.take) == {"leaf2": 5, "leaf3": 2, "leaf4": 5}
 
 
+def _regular_tree(fanouts: Sequence[int], nodes_per_leaf: int) -> Fabric:
+    """A tree of ``topology.conf`` switches: ``fanouts[0]`` children under the top switch, ...,
+    the last entry the leaves per lowest spine; ``n001``... in leaf order."""
+    lines: list[str] = []
+    leaves = [f"leaf{i + 1}" for i in range(math.prod(fanouts))]
+    for i, leaf in enumerate(leaves):
+        first = i * nodes_per_leaf + 1
+        lines.append(f"SwitchName={leaf} Nodes=n[{first:03d}-{first + nodes_per_leaf - 1:03d}]")
+    below = leaves
+    for level, fanout in enumerate(reversed(fanouts), start=1):
+        above = [f"s{level}x{j + 1}" for j in range(len(below) // fanout)]
+        for j, switch in enumerate(above):
+            members = ",".join(below[j * fanout : (j + 1) * fanout])
+            lines.append(f"SwitchName={switch} Switches={members}")
+        below = above
+    return parse_topology_conf("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("fanouts", [(2, 2, 3), (2, 2, 2, 3)], ids=["4-tier", "5-tier"])
+def test_deep_tree_takes_the_fewest_units_of_every_tier(fanouts: tuple[int, ...]) -> None:
+    # Under each of the top switch's two children: three leaves of 4 free nodes in its first
+    # subtree, one leaf of 6 in its second.  20 nodes need both children; the fewest leaves
+    # (6 + 6 + 4 + 4) take both second subtrees and one or two first ones, while both first
+    # subtrees hold 4 + 4 + 4 + 4 + 4: two units at every tier beneath the top, then 5 leaves.
+    fabric = _regular_tree(fanouts, 6)
+    tiers = fabric.tiers()
+    leaves = [f"leaf{i + 1}" for i in range(math.prod(fanouts))]
+    per_child = len(leaves) // fanouts[0]
+    free: dict[str, int] = {}
+    for c in range(fanouts[0]):
+        block = leaves[c * per_child : (c + 1) * per_child]
+        free.update(dict.fromkeys(block[:3], 4))
+        free[block[per_child // 2]] = 6
+    choice = choose_leaves(free, 20, tiers, single_leaf=False)
+    assert choice is not None and sum(n for _, n in choice.take) == 20
+    top = len(fanouts)
+    assert choice.tier == tiers.tier_of(leaves) == top
+    for tier in range(top - 1, 0, -1):
+        units = {
+            next(u for u in tiers.chain(leaf) if tiers.tier[u] == tier) for leaf in choice.leaves
+        }
+        assert len(units) == 2, (tier, sorted(units))
+    assert len(choice.leaves) == 5
+
+
 def _tree_choice(fabric: Fabric, usable: Sequence[str], k: int) -> list[str] | None:
     order = {n: i for i, n in enumerate(sorted(fabric.compute_nodes))}
     return TreePlacement(fabric, order).place(usable, k)
+
+
+def _no_more_tiers_than_slurm_tree(fabric: Fabric, data: st.DataObject) -> None:
+    """A gang on random free nodes spans no higher tier and no more hops than topology/tree's."""
+    names = sorted(fabric.compute_nodes)
+    free = data.draw(st.sets(st.sampled_from(names), min_size=min(2, len(names))))
+    if len(free) < 2:
+        return
+    k = data.draw(st.integers(2, len(free)))
+    ours = fabric.span(_gang(fabric, set(free), k))
+    tree = _tree_choice(fabric, sorted(free), k)
+    assert tree is not None
+    theirs = fabric.span(tree)
+    tiers = fabric.tiers()
+    assert tiers.tier_of(ours.leaves) <= tiers.tier_of(theirs.leaves)
+    assert ours.max_hops <= theirs.max_hops
 
 
 @settings(max_examples=60, deadline=None)
@@ -146,18 +208,20 @@ def test_never_more_tiers_than_slurm_tree(
     pods: int, leaves_per_pod: int, nodes_per_leaf: int, oversub: float, data: st.DataObject
 ) -> None:
     fabric = clos(pods, leaves_per_pod, nodes_per_leaf, oversubscription=oversub)
-    names = sorted(fabric.compute_nodes)
-    free = data.draw(st.sets(st.sampled_from(names), min_size=min(2, len(names))))
-    if len(free) < 2:
-        return
-    k = data.draw(st.integers(2, len(free)))
-    ours = fabric.span(_gang(fabric, set(free), k))
-    tree = _tree_choice(fabric, sorted(free), k)
-    assert tree is not None
-    theirs = fabric.span(tree)
-    tiers = fabric.tiers()
-    assert tiers.tier_of(ours.leaves) <= tiers.tier_of(theirs.leaves)
-    assert ours.max_hops <= theirs.max_hops
+    _no_more_tiers_than_slurm_tree(fabric, data)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    fanouts=st.lists(st.integers(1, 3), min_size=3, max_size=4),
+    nodes_per_leaf=st.integers(1, 3),
+    data=st.data(),
+)
+def test_never_more_tiers_than_slurm_tree_on_deep_trees(
+    fanouts: list[int], nodes_per_leaf: int, data: st.DataObject
+) -> None:
+    fabric = _regular_tree(fanouts, nodes_per_leaf)
+    _no_more_tiers_than_slurm_tree(fabric, data)
 
 
 @settings(max_examples=40, deadline=None)
