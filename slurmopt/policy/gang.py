@@ -10,7 +10,7 @@ per-leaf counts, not the free-GPU buckets.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from slurmopt.policy.decisions import Reason
@@ -21,7 +21,7 @@ from slurmopt.policy.domains import (
     pick_in_domains,
     segment_problem,
 )
-from slurmopt.policy.placement import choose_leaves
+from slurmopt.policy.placement import Breaks, choose_leaves
 from slurmopt.policy.planner import Ask, Failure, PlannerCore, Pool
 
 
@@ -38,6 +38,7 @@ class Usable:
     free: Mapping[str, int]
     counts: dict[str, int] = field(default_factory=dict)
     listed: dict[str, list[str]] = field(default_factory=dict)
+    ranked: dict[str, list[str]] = field(default_factory=dict)
 
     def nodes(self, leaf: str) -> list[str]:
         """The leaf's usable nodes, in the pool's order."""
@@ -84,10 +85,11 @@ class GangPlacement(PlannerCore):
             return self._start_in_domains(ask, respected, segment)
         need = k - len(required)
         single = self._single_leaf(pool, k, gpus) and not required
-        choice = choose_leaves(respected.counts, need, self.tiers, single)
+        breaks = self._domain_breaks(respected)
+        choice = choose_leaves(respected.counts, need, self.tiers, single, breaks)
         spread_note = ""
         if choice is None and single and self.policy.compact_wait_share is not None:
-            spread = choose_leaves(respected.counts, need, self.tiers, False)
+            spread = choose_leaves(respected.counts, need, self.tiers, False, breaks)
             if spread is not None:
                 found = self._earliest_block(ask, one_leaf=True)
                 bound = self.policy.compact_wait_share * (end - self.now)
@@ -99,8 +101,7 @@ class GangPlacement(PlannerCore):
             return self._gang_failure(ask, respected, single, required)
         chosen = list(required)
         for leaf, count in choice.take:
-            ranked = sorted(respected.nodes(leaf), key=self._node_order)
-            chosen.extend(ranked[:count])
+            chosen.extend(self._ranked(respected, leaf)[:count])
         leaves = ", ".join(choice.leaves)
         detail = (
             f"{k} nodes on {len(choice.leaves)} leaf switch(es) ({leaves}); "
@@ -108,6 +109,38 @@ class GangPlacement(PlannerCore):
         )
         self._commit_start(ask, chosen, Reason.GANG_FEWEST_LEAVES, detail)
         return None
+
+    def _ranked(self, usable: Usable, leaf: str) -> list[str]:
+        """The leaf's usable nodes in the order a gang takes them (:meth:`_node_order`)."""
+        ranked = usable.ranked.get(leaf)
+        if ranked is None:
+            ranked = usable.ranked[leaf] = sorted(usable.nodes(leaf), key=self._node_order)
+        return ranked
+
+    def _domain_breaks(self, usable: Usable) -> Breaks | None:
+        """How many whole free NVLink domains a take per leaf breaks; None without domains.
+
+        A domain counts when the gang takes some of its nodes but not all, so
+        of two leaf choices otherwise equal the one that keeps more domains
+        whole wins (``placement_cost``).  The nodes are those the gang would
+        take, so the count agrees with the start.
+        """
+        domains = self.fabric.domains()
+        if not domains:
+            return None
+        domain_of = self.fabric.domain_of
+
+        def breaks(take: Sequence[tuple[str, int]]) -> int:
+            hit: dict[str, int] = {}
+            for leaf, count in take:
+                for name in self._ranked(usable, leaf)[:count]:
+                    if self._breaks_domain(name):
+                        domain = domain_of(name)
+                        assert domain is not None
+                        hit[domain] = hit.get(domain, 0) + 1
+            return sum(1 for domain, n in hit.items() if n < len(domains[domain]))
+
+        return breaks
 
     def _start_in_domains(self, ask: Ask, respected: Usable, segment: int) -> Failure | None:
         """Start a domain-asking job with each group of ``segment`` nodes inside one domain."""

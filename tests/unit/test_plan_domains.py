@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from slurmopt.fabric import Fabric
 from slurmopt.fabric.generators import leaf_spine
 from slurmopt.model import Job, Node
@@ -117,3 +119,42 @@ def test_choose_domains_prefers_the_tightest_then_the_fewest() -> None:
     assert choose_domains({"a": 8, "b": 5, "c": 4}, 4, 4) == (("c", 4),)
     assert choose_domains({"a": 3, "b": 3}, 4, 4) is None
     assert choose_domains({"a": 6, "b": 3, "c": 2}, 8, 2) == (("a", 6), ("c", 2))
+
+
+def _leaves_with_a_domain_each(leaves: Mapping[str, Sequence[str]]) -> Fabric:
+    fabric = Fabric.from_leaf_map(leaves)
+    for leaf, members in leaves.items():
+        for name in members:
+            fabric.graph.nodes[name]["domain"] = f"nvl-{leaf}"
+    return fabric
+
+
+def test_gang_takes_the_leaf_whose_domain_is_already_broken() -> None:
+    # Both leaves have four usable nodes (gpu0008 has four GPUs free); by name the gang would
+    # take leaf a and break its whole domain, where leaf b's domain is in use already.
+    fabric = _leaves_with_a_domain_each({"a": NVL1, "b": NVL2})
+    nodes = [gpu_node(n, alloc=4 if n == "gpu0008" else 0) for n in NVL1 + NVL2]
+    jobs = [running(9, ["gpu0008"], gpus=4), pending(1, nodes=2, gpus=4)]
+    result = plan(PlanRequest(snapshot(nodes, jobs), fabric))
+    assert set(result.actions[0].nodes) <= set(NVL2)
+    assert "gpu0008" in result.actions[0].nodes
+
+
+def test_gang_over_two_leaves_breaks_the_fewest_whole_domains() -> None:
+    # Three nodes on two of three leaves of two: every pair fits alike, and each takes one
+    # leaf whole and one node of the other.  The pair by name (a, b) breaks b's whole domain;
+    # (a, c) takes its odd node from c, whose domain is in use already.
+    leaves = {"a": NVL1[:2], "b": NVL1[2:], "c": NVL2[:2]}
+    fabric = _leaves_with_a_domain_each(leaves)
+    nodes = [gpu_node(n, alloc=4 if n == "gpu0006" else 0) for n in NVL1 + NVL2[:2]]
+    jobs = [running(9, ["gpu0006"], gpus=4), pending(1, nodes=3, gpus=4)]
+    result = plan(PlanRequest(snapshot(nodes, jobs), fabric))
+    assert set(result.actions[0].nodes) == {"gpu0001", "gpu0002", "gpu0006"}
+
+
+def test_without_domains_the_gang_keeps_the_choice_by_name() -> None:
+    leaves = {"a": NVL1[:2], "b": NVL1[2:], "c": NVL2[:2]}
+    nodes = [gpu_node(n, alloc=4 if n == "gpu0006" else 0) for n in NVL1 + NVL2[:2]]
+    jobs = [running(9, ["gpu0006"], gpus=4), pending(1, nodes=3, gpus=4)]
+    result = plan(PlanRequest(snapshot(nodes, jobs), Fabric.from_leaf_map(leaves)))
+    assert set(result.actions[0].nodes) == {"gpu0001", "gpu0002", "gpu0003"}
