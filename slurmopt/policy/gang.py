@@ -19,6 +19,7 @@ from slurmopt.policy.domains import (
     domain_sizes,
     group_by_domain,
     pick_in_domains,
+    required_domain,
     segment_problem,
 )
 from slurmopt.policy.placement import Breaks, choose_leaves
@@ -65,6 +66,14 @@ class GangPlacement(PlannerCore):
         gpus = job.gpus_per_node
         nodes = self.snapshot.nodes
         required = [n for n in job.required_nodes]
+        segment = self._segment(job)
+        pinned = None  # the NVLink domain of a domain-asking job's required nodes
+        if required and segment is not None:
+            pinned, problem = required_domain(
+                required, k, segment, len(self.fabric.domains()), self.fabric.domain_of
+            )
+            if problem is not None:
+                return Failure(Reason.NEEDS_NODES_IN_ONE_DOMAIN, problem)
         if required:
             bad = [
                 n
@@ -80,8 +89,9 @@ class GangPlacement(PlannerCore):
                 return None
         simple = self._is_simple(job)
         respected = self._usable_by_leaf(ask, simple, True, set(required))
-        segment = self._segment(job)
-        if segment is not None and not required:
+        if pinned is not None:
+            respected = self._in_domain(respected, pinned)
+        elif segment is not None:
             return self._start_in_domains(ask, respected, segment)
         need = k - len(required)
         single = self._single_leaf(pool, k, gpus) and not required
@@ -97,6 +107,12 @@ class GangPlacement(PlannerCore):
                     choice = spread
                     one_leaf = "never" if found is None else f"from now+{found[0] - self.now:.0f} s"
                     spread_note = f"; one leaf only {one_leaf}, over the {bound:.0f} s bound"
+        if choice is None and pinned is not None:
+            return Failure(
+                Reason.NEEDS_NODES_IN_ONE_DOMAIN,
+                f"needs {need} more node(s) with {gpus} free GPUs in NVLink domain {pinned}, "
+                f"that of its required nodes; {sum(respected.counts.values())} free there",
+            )
         if choice is None:
             return self._gang_failure(ask, respected, single, required)
         chosen = list(required)
@@ -141,6 +157,19 @@ class GangPlacement(PlannerCore):
             return sum(1 for domain, n in hit.items() if n < len(domains[domain]))
 
         return breaks
+
+    def _in_domain(self, usable: Usable, domain: str) -> Usable:
+        """The usable nodes that lie in one NVLink domain, per leaf."""
+        domain_of = self.fabric.domain_of
+        leaves = {self._leaf(n) for n in self.fabric.domains()[domain]}
+        inside = Usable(usable.pool, usable.gpus, usable.free)
+        for leaf in usable.counts:
+            if leaf in leaves:
+                listed = [n for n in usable.nodes(leaf) if domain_of(n) == domain]
+                if listed:
+                    inside.listed[leaf] = listed
+                    inside.counts[leaf] = len(listed)
+        return inside
 
     def _start_in_domains(self, ask: Ask, respected: Usable, segment: int) -> Failure | None:
         """Start a domain-asking job with each group of ``segment`` nodes inside one domain."""
