@@ -8,6 +8,7 @@ indexes that feed them.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,10 @@ from slurmopt.fabric.core import Tiers
 from slurmopt.policy.fragmentation import JobShape
 
 T = TypeVar("T")
+
+#: At most this many leaf pairs equal by fit are weighed by the domains they break: on a large
+#: idle fabric every pair of equal leaves ties, and the count must not grow with their square.
+TIED_PAIRS = 64
 
 
 # -- feature constraints -------------------------------------------------------------------------
@@ -136,7 +141,8 @@ def _best_subset(
     blocks that covers the rest with the fewest nodes left over, ties to the
     pair whose larger block is smaller (big blocks stay free for big jobs),
     then (given ``breaks``, with leaves for blocks) to the pair that breaks
-    the fewest whole free NVLink domains, then by name.  Returns (left over,
+    the fewest whole free NVLink domains (of the first :data:`TIED_PAIRS` by
+    name), then by name.  Returns (left over,
     largest block used, block names); left over is -1 when no such pair exists.
     """
     whole = cands[: m - 2]
@@ -156,8 +162,9 @@ def _best_subset(
         return -1, 0, []
     left, largest, name_a, name_b = best
     if breaks is not None:
-        # Every pair as good by fit (a block of the smaller count with a later one of the
-        # larger), in name order, so that with no domain broken the choice is the one above.
+        # The pairs as good by fit (a block of the smaller count with a later one of the
+        # larger), in name order, so that with no domain broken the choice is the one above;
+        # the first TIED_PAIRS of them.
         small = rest_need + left - largest
         lo, hi = bisect.bisect_left(counts, largest), bisect.bisect_right(counts, largest)
         tied = (
@@ -165,7 +172,9 @@ def _best_subset(
             for x in range(bisect.bisect_left(counts, small), bisect.bisect_right(counts, small))
             for y in range(max(x + 1, lo), hi)
         )
-        pair = _least_broken(tied, lambda p: _fill([*whole, *p], need), breaks)
+        pair = _least_broken(
+            itertools.islice(tied, TIED_PAIRS), lambda p: _fill([*whole, *p], need), breaks
+        )
         name_a, name_b = pair[0][1], pair[1][1]
     largest = max([largest, *(c for c, _ in whole)])
     return left, largest, [name for _, name in whole] + [name_a, name_b]
