@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from slurmopt.fabric.core import Tiers
-from slurmopt.hostlist import fold
 from slurmopt.policy.placement import choose_leaves
 
 
@@ -52,7 +51,7 @@ def required_domain(
         )
     outside = [n for n in required if domain_of(n) is None]
     if outside:
-        return None, f"required node(s) {fold(outside)} in no NVLink domain"
+        return None, f"required node(s) {', '.join(outside)} in no NVLink domain"
     spanned = sorted({d for n in required if (d := domain_of(n)) is not None})
     if len(spanned) > 1:
         return None, (
