@@ -145,15 +145,27 @@ class GangPlacement(PlannerCore):
         if not domains:
             return None
         domain_of = self.fabric.domain_of
+        # Per (leaf, nodes taken): the nodes taken from each whole free domain; a search
+        # weighs the same leaf with the same count many times.
+        per_leaf: dict[tuple[str, int], dict[str, int]] = {}
 
-        def breaks(take: Sequence[tuple[str, int]]) -> int:
-            hit: dict[str, int] = {}
-            for leaf, count in take:
-                for name in self._ranked(usable, leaf)[:count]:
+        def taken(leaf: str, count: int) -> dict[str, int]:
+            hit = per_leaf.get((leaf, count))
+            if hit is None:
+                hit = per_leaf[(leaf, count)] = {}
+                nodes = usable.nodes(leaf)  # a whole leaf needs no ranking
+                for name in nodes if count >= len(nodes) else self._ranked(usable, leaf)[:count]:
                     if self._breaks_domain(name):
                         domain = domain_of(name)
                         assert domain is not None
                         hit[domain] = hit.get(domain, 0) + 1
+            return hit
+
+        def breaks(take: Sequence[tuple[str, int]]) -> int:
+            hit: dict[str, int] = {}
+            for leaf, count in take:
+                for domain, n in taken(leaf, count).items():
+                    hit[domain] = hit.get(domain, 0) + n
             return sum(1 for domain, n in hit.items() if n < len(domains[domain]))
 
         return breaks
