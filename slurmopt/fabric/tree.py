@@ -16,7 +16,7 @@ slurmopt's YAML format is the place to describe real link speeds.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -263,9 +263,44 @@ def blocks_fabric(
     source: str,
 ) -> Fabric:
     """Blocks become leaf switches under one root switch, so hops between blocks are 4."""
+    blocks, warnings = _first_block_each(blocks)
     root = Switch(BLOCK_ROOT, None, children=[b.name for b in blocks])
     fabric = build(
         [*blocks, root], path, known_nodes=known_nodes, single_root=True, name=name, source=source
     )
     fabric.graph.graph["block_sizes"] = tuple(block_sizes)
+    fabric.warnings = (*warnings, *fabric.warnings)
     return fabric
+
+
+def _first_block_each(blocks: list[Switch]) -> tuple[list[Switch], list[str]]:
+    """The blocks with each node kept in the first that lists it, and a warning per overlap.
+
+    Slurm's topology/block (``block_record_validate``, 24.11 and 25.05)
+    accepts a node in several blocks without a word: each block's node set
+    holds it, and its address (``topology_p_get_node_addr``) names the first.
+    A node sits on one leaf here, so it stays in that first block (and its
+    NVLink domain); the warning says Slurm may still place it with the others.
+    """
+    first: dict[str, str] = {}
+    later: dict[str, list[str]] = {}
+    kept: list[Switch] = []
+    for block in blocks:
+        nodes = []
+        for node in dict.fromkeys(block.nodes):
+            owner = first.setdefault(node, block.name)
+            if owner == block.name:
+                nodes.append(node)
+            else:
+                later.setdefault(node, [owner]).append(block.name)
+        kept.append(replace(block, nodes=nodes))
+    by_blocks: dict[tuple[str, ...], list[str]] = {}
+    for node, listed in later.items():
+        by_blocks.setdefault(tuple(listed), []).append(node)
+    warnings = [
+        f"{len(nodes)} node(s) listed in {len(listed)} blocks ({', '.join(listed)}): "
+        f"{fold(nodes)}; keeping them in the first, {listed[0]}, which Slurm names as their "
+        "address (Slurm may also place them with the other blocks' nodes)"
+        for listed, nodes in by_blocks.items()
+    ]
+    return kept, warnings

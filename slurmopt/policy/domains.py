@@ -26,6 +26,41 @@ def segment_problem(need: int, segment: int, domains: int) -> str | None:
     return None
 
 
+def required_domain(
+    required: Sequence[str],
+    need: int,
+    segment: int,
+    domains: int,
+    domain_of: Callable[[str], str | None],
+) -> tuple[str | None, str | None]:
+    """The domain a node-pinned, domain-asking job's other nodes come from, or why none can.
+
+    Returns ``(domain, None)``, or ``(None, why)`` when no placement can
+    ever meet the ask (``domains``: how many the fabric has).  As Slurm's
+    topology/block (``eval_nodes_block``): the required nodes must all lie
+    in one domain, and the rest of the job is taken there; required nodes
+    with several segments are refused.
+    """
+    problem = segment_problem(need, segment, domains)
+    if problem is not None:
+        return None, problem
+    if segment < need:
+        return None, (
+            f"required nodes with segments of {segment} are not supported "
+            "(Slurm's topology/block refuses them too)"
+        )
+    outside = [n for n in required if domain_of(n) is None]
+    if outside:
+        return None, f"required node(s) {', '.join(outside)} in no NVLink domain"
+    spanned = sorted({d for n in required if (d := domain_of(n)) is not None})
+    if len(spanned) > 1:
+        return None, (
+            f"required nodes span NVLink domains {', '.join(spanned)}; "
+            "the job asks for all its nodes in one"
+        )
+    return spanned[0], None
+
+
 def group_by_domain(
     nodes: Iterable[tuple[str, str]], domain_of: Callable[[str], str | None]
 ) -> dict[str, dict[str, list[str]]]:

@@ -10,7 +10,7 @@ per-leaf counts, not the free-GPU buckets.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from slurmopt.policy.decisions import Reason
@@ -19,9 +19,10 @@ from slurmopt.policy.domains import (
     domain_sizes,
     group_by_domain,
     pick_in_domains,
+    required_domain,
     segment_problem,
 )
-from slurmopt.policy.placement import choose_leaves
+from slurmopt.policy.placement import Breaks, choose_leaves
 from slurmopt.policy.planner import Ask, Failure, PlannerCore, Pool
 
 
@@ -38,6 +39,7 @@ class Usable:
     free: Mapping[str, int]
     counts: dict[str, int] = field(default_factory=dict)
     listed: dict[str, list[str]] = field(default_factory=dict)
+    ranked: dict[str, list[str]] = field(default_factory=dict)
 
     def nodes(self, leaf: str) -> list[str]:
         """The leaf's usable nodes, in the pool's order."""
@@ -64,6 +66,14 @@ class GangPlacement(PlannerCore):
         gpus = job.gpus_per_node
         nodes = self.snapshot.nodes
         required = [n for n in job.required_nodes]
+        segment = self._segment(job)
+        pinned = None  # the NVLink domain of a domain-asking job's required nodes
+        if required and segment is not None:
+            pinned, problem = required_domain(
+                required, k, segment, len(self.fabric.domains()), self.fabric.domain_of
+            )
+            if problem is not None:
+                return Failure(Reason.NEEDS_NODES_IN_ONE_DOMAIN, problem)
         if required:
             bad = [
                 n
@@ -79,15 +89,17 @@ class GangPlacement(PlannerCore):
                 return None
         simple = self._is_simple(job)
         respected = self._usable_by_leaf(ask, simple, True, set(required))
-        segment = self._segment(job)
-        if segment is not None and not required:
+        if pinned is not None:
+            respected = self._in_domain(respected, pinned)
+        elif segment is not None:
             return self._start_in_domains(ask, respected, segment)
         need = k - len(required)
         single = self._single_leaf(pool, k, gpus) and not required
-        choice = choose_leaves(respected.counts, need, self.tiers, single)
+        breaks = self._domain_breaks(respected)
+        choice = choose_leaves(respected.counts, need, self.tiers, single, breaks)
         spread_note = ""
         if choice is None and single and self.policy.compact_wait_share is not None:
-            spread = choose_leaves(respected.counts, need, self.tiers, False)
+            spread = choose_leaves(respected.counts, need, self.tiers, False, breaks)
             if spread is not None:
                 found = self._earliest_block(ask, one_leaf=True)
                 bound = self.policy.compact_wait_share * (end - self.now)
@@ -95,12 +107,17 @@ class GangPlacement(PlannerCore):
                     choice = spread
                     one_leaf = "never" if found is None else f"from now+{found[0] - self.now:.0f} s"
                     spread_note = f"; one leaf only {one_leaf}, over the {bound:.0f} s bound"
+        if choice is None and pinned is not None:
+            return Failure(
+                Reason.NEEDS_NODES_IN_ONE_DOMAIN,
+                f"needs {need} more node(s) with {gpus} free GPUs in NVLink domain {pinned}, "
+                f"that of its required nodes; {sum(respected.counts.values())} free there",
+            )
         if choice is None:
             return self._gang_failure(ask, respected, single, required)
         chosen = list(required)
         for leaf, count in choice.take:
-            ranked = sorted(respected.nodes(leaf), key=self._node_order)
-            chosen.extend(ranked[:count])
+            chosen.extend(self._ranked(respected, leaf)[:count])
         leaves = ", ".join(choice.leaves)
         detail = (
             f"{k} nodes on {len(choice.leaves)} leaf switch(es) ({leaves}); "
@@ -108,6 +125,63 @@ class GangPlacement(PlannerCore):
         )
         self._commit_start(ask, chosen, Reason.GANG_FEWEST_LEAVES, detail)
         return None
+
+    def _ranked(self, usable: Usable, leaf: str) -> list[str]:
+        """The leaf's usable nodes in the order a gang takes them (:meth:`_node_order`)."""
+        ranked = usable.ranked.get(leaf)
+        if ranked is None:
+            ranked = usable.ranked[leaf] = sorted(usable.nodes(leaf), key=self._node_order)
+        return ranked
+
+    def _domain_breaks(self, usable: Usable) -> Breaks | None:
+        """How many whole free NVLink domains a take per leaf breaks; None without domains.
+
+        A domain counts when the gang takes some of its nodes but not all, so
+        of two leaf choices otherwise equal the one that keeps more domains
+        whole wins (``placement_cost``).  The nodes are those the gang would
+        take, so the count agrees with the start.
+        """
+        domains = self.fabric.domains()
+        if not domains:
+            return None
+        domain_of = self.fabric.domain_of
+        # Per (leaf, nodes taken): the nodes taken from each whole free domain; a search
+        # weighs the same leaf with the same count many times.
+        per_leaf: dict[tuple[str, int], dict[str, int]] = {}
+
+        def taken(leaf: str, count: int) -> dict[str, int]:
+            hit = per_leaf.get((leaf, count))
+            if hit is None:
+                hit = per_leaf[(leaf, count)] = {}
+                nodes = usable.nodes(leaf)  # a whole leaf needs no ranking
+                for name in nodes if count >= len(nodes) else self._ranked(usable, leaf)[:count]:
+                    if self._breaks_domain(name):
+                        domain = domain_of(name)
+                        assert domain is not None
+                        hit[domain] = hit.get(domain, 0) + 1
+            return hit
+
+        def breaks(take: Sequence[tuple[str, int]]) -> int:
+            hit: dict[str, int] = {}
+            for leaf, count in take:
+                for domain, n in taken(leaf, count).items():
+                    hit[domain] = hit.get(domain, 0) + n
+            return sum(1 for domain, n in hit.items() if n < len(domains[domain]))
+
+        return breaks
+
+    def _in_domain(self, usable: Usable, domain: str) -> Usable:
+        """The usable nodes that lie in one NVLink domain, per leaf."""
+        domain_of = self.fabric.domain_of
+        leaves = {self._leaf(n) for n in self.fabric.domains()[domain]}
+        inside = Usable(usable.pool, usable.gpus, usable.free)
+        for leaf in usable.counts:
+            if leaf in leaves:
+                listed = [n for n in usable.nodes(leaf) if domain_of(n) == domain]
+                if listed:
+                    inside.listed[leaf] = listed
+                    inside.counts[leaf] = len(listed)
+        return inside
 
     def _start_in_domains(self, ask: Ask, respected: Usable, segment: int) -> Failure | None:
         """Start a domain-asking job with each group of ``segment`` nodes inside one domain."""

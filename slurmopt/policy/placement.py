@@ -8,12 +8,20 @@ indexes that feed them.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from slurmopt.fabric.core import Tiers
 from slurmopt.policy.fragmentation import JobShape
+
+T = TypeVar("T")
+
+#: At most this many leaf pairs equal by fit are weighed by the domains they break: on a large
+#: idle fabric every pair of equal leaves ties, and the count must not grow with their square.
+TIED_PAIRS = 64
 
 
 # -- feature constraints -------------------------------------------------------------------------
@@ -73,11 +81,19 @@ class LeafChoice:
 
 
 #: A choice's cost, lowest best; see :func:`placement_cost`.
-Cost = tuple[int, float, tuple[int, ...], tuple[int, ...], tuple[str, ...]]
+Cost = tuple[int, float, tuple[int, ...], tuple[int, ...], int, tuple[str, ...]]
+
+#: How many whole free NVLink domains a gang's nodes per leaf would break (the planner knows
+#: which nodes of each leaf it takes); None on a fabric without domains.
+Breaks = Callable[[Sequence[tuple[str, int]]], int]
 
 
 def placement_cost(
-    choice: LeafChoice, tiers: Tiers, free: Mapping[str, int], names: tuple[str, ...]
+    choice: LeafChoice,
+    tiers: Tiers,
+    free: Mapping[str, int],
+    names: tuple[str, ...],
+    breaks: Breaks | None = None,
 ) -> Cost:
     """The one ordering of gang placements: lower is better, compared item by item.
 
@@ -89,7 +105,9 @@ def placement_cost(
     4. best fit, tier by tier from the top down: the fewest usable nodes left
        over on the blocks spanned, then the smaller largest block (a pod kept
        whole is worth more than a leaf kept whole);
-    5. names (``names``: the blocks chosen at the top tier), so ties are stable.
+    5. the fewest whole free NVLink domains broken (``breaks``; 0 without
+       domains), so domains stay whole for the jobs that ask for one;
+    6. names (``names``: the blocks chosen at the top tier), so ties are stable.
 
     ``free`` holds the usable nodes of every leaf and unit before the gang.
     """
@@ -101,7 +119,8 @@ def placement_cost(
         sizes = [free.get(b, 0) for b in blocks]
         spanned.append(len(blocks))
         fit.extend((sum(sizes) - need, max(sizes)))
-    return (choice.tier, -choice.gbps, tuple(spanned), tuple(fit), names)
+    broken = 0 if breaks is None else breaks(choice.take)
+    return (choice.tier, -choice.gbps, tuple(spanned), tuple(fit), broken, names)
 
 
 def _block(tiers: Tiers, leaf: str, tier: int) -> str:
@@ -114,14 +133,18 @@ def _block(tiers: Tiers, leaf: str, tier: int) -> str:
     return block
 
 
-def _best_subset(cands: list[tuple[int, str]], need: int, m: int) -> tuple[int, int, list[str]]:
+def _best_subset(
+    cands: list[tuple[int, str]], need: int, m: int, breaks: Breaks | None = None
+) -> tuple[int, int, list[str]]:
     """The best ``m`` blocks among ``cands`` (sorted largest first) for ``need`` nodes.
 
     The ``m - 2`` largest blocks are taken whole; then the pair of other
     blocks that covers the rest with the fewest nodes left over, ties to the
     pair whose larger block is smaller (big blocks stay free for big jobs),
-    then by name.  Returns (left over, largest block used, block names);
-    left over is -1 when no such pair exists.
+    then (given ``breaks``, with leaves for blocks) to the pair that breaks
+    the fewest whole free NVLink domains (of the first :data:`TIED_PAIRS` by
+    name), then by name.  Returns (left over,
+    largest block used, block names); left over is -1 when no such pair exists.
     """
     whole = cands[: m - 2]
     rest_need = need - sum(c for c, _ in whole)
@@ -139,8 +162,42 @@ def _best_subset(cands: list[tuple[int, str]], need: int, m: int) -> tuple[int, 
     if best is None:
         return -1, 0, []
     left, largest, name_a, name_b = best
+    if breaks is not None:
+        # The pairs as good by fit (a block of the smaller count with a later one of the
+        # larger), in name order, so that with no domain broken the choice is the one above;
+        # the first TIED_PAIRS of them.
+        small = rest_need + left - largest
+        lo, hi = bisect.bisect_left(counts, largest), bisect.bisect_right(counts, largest)
+        tied = (
+            (rest[x], rest[y])
+            for x in range(bisect.bisect_left(counts, small), bisect.bisect_right(counts, small))
+            for y in range(max(x + 1, lo), hi)
+        )
+        pair = _least_broken(
+            itertools.islice(tied, TIED_PAIRS), lambda p: _fill([*whole, *p], need), breaks
+        )
+        name_a, name_b = pair[0][1], pair[1][1]
     largest = max([largest, *(c for c, _ in whole)])
     return left, largest, [name for _, name in whole] + [name_a, name_b]
+
+
+def _least_broken(
+    options: Iterable[T], take: Callable[[T], Sequence[tuple[str, int]]], breaks: Breaks
+) -> T:
+    """The first of ``options`` whose take breaks the fewest whole free NVLink domains.
+
+    Stops at the first that breaks none, so the usual case (nothing to
+    break) costs one evaluation.
+    """
+    best: tuple[int, T] | None = None
+    for option in options:
+        broken = breaks(take(option))
+        if best is None or broken < best[0]:
+            best = (broken, option)
+            if broken == 0:
+                break
+    assert best is not None
+    return best[1]
 
 
 def _gbps(tiers: Tiers, leaves: Iterable[str]) -> float:
@@ -169,8 +226,11 @@ class _Search:
     partner), each spread over the fewest of its leaves.
     """
 
-    def __init__(self, free_by_leaf: Mapping[str, int], tiers: Tiers) -> None:
+    def __init__(
+        self, free_by_leaf: Mapping[str, int], tiers: Tiers, breaks: Breaks | None = None
+    ) -> None:
         self.tiers = tiers
+        self.breaks = breaks
         self.free: dict[str, int] = dict(free_by_leaf)
         kids: dict[str, dict[str, None]] = {}
         tops: dict[str, None] = {}
@@ -199,7 +259,7 @@ class _Search:
         if unit not in self.kids:
             gbps = self.tiers.gbps.get(unit, math.inf)
             leaf = LeafChoice(((unit, need),), free[unit] - need, 0, gbps)
-            return placement_cost(leaf, self.tiers, free, (unit,)), leaf
+            return placement_cost(leaf, self.tiers, free, (unit,), self.breaks), leaf
         kids = self.kids[unit]
         holding = [k for k in kids if free[k] >= need]
         if holding:
@@ -207,16 +267,17 @@ class _Search:
         cands = sorted(((free[k], k) for k in kids), key=lambda x: (-x[0], x[1]))
         tier = self._tier(unit)
         if all(k not in self.kids for k in kids):  # children are leaves
-            _, _, names = _best_subset(cands, need, _fewest(cands, need))
+            _, _, names = _best_subset(cands, need, _fewest(cands, need), self.breaks)
             choice = self._leaf_choice([(free[k], k) for k in names], need, tier)
-            return placement_cost(choice, self.tiers, free, tuple(names)), choice
+            return placement_cost(choice, self.tiers, free, tuple(names), self.breaks), choice
         # Above pods: each of a few sets of the fewest children (the fullest ones, and the
         # best partner of each), narrowed tier by tier to the fewest units; the cheapest wins.
         best: tuple[Cost, LeafChoice] | None = None
         for names in _subsets(cands, need, _fewest(cands, need)):
             for picked in self._narrow(names, need):
                 choice = self._leaf_choice([(free[leaf], leaf) for leaf in picked], need, tier)
-                found = (placement_cost(choice, self.tiers, free, tuple(names)), choice)
+                cost = placement_cost(choice, self.tiers, free, tuple(names), self.breaks)
+                found = (cost, choice)
                 if best is None or found[0] < best[0]:
                     best = found
         assert best is not None
@@ -235,7 +296,7 @@ class _Search:
         pool = sorted(((self.free[k], k) for k in below), key=lambda x: (-x[0], x[1]))
         m = _fewest(pool, need)
         if all(k not in self.kids for _, k in pool):
-            return [_best_subset(pool, need, m)[2]]
+            return [_best_subset(pool, need, m, self.breaks)[2]]
         return [leaves for names in _subsets(pool, need, m) for leaves in self._narrow(names, need)]
 
     def _leaf_choice(self, chosen: list[tuple[int, str]], need: int, tier: int) -> LeafChoice:
@@ -298,12 +359,14 @@ def choose_leaves(
     need: int,
     tiers: Tiers | Mapping[str, str],
     single_leaf: bool,
+    breaks: Breaks | None = None,
 ) -> LeafChoice | None:
     """Pick leaves for a gang of ``need`` nodes, given usable nodes per leaf.
 
     The choice of least :func:`placement_cost`: the lowest tier, then the
     widest bottleneck, then the fewest blocks spanned tier by tier, then
-    best fit.  ``tiers`` is the fabric's (:meth:`Fabric.tiers`), or a
+    best fit, then the fewest whole free NVLink domains broken (given
+    ``breaks``).  ``tiers`` is the fabric's (:meth:`Fabric.tiers`), or a
     leaf-to-group map for two tiers.  With ``single_leaf`` only a one-leaf
     answer is accepted.  None when the nodes are not there.
     """
@@ -314,11 +377,15 @@ def choose_leaves(
         return None
     fitting = [(-tiers.gbps.get(leaf, math.inf), c, leaf) for leaf, c in free.items() if c >= need]
     if fitting:
-        _, count, leaf = min(fitting)
+        best = min(fitting)
+        if breaks is not None:
+            tied = sorted(f for f in fitting if f[:2] == best[:2])
+            best = _least_broken(tied, lambda f: ((f[2], need),), breaks)
+        _, count, leaf = best
         return LeafChoice(((leaf, need),), count - need, 0, tiers.gbps.get(leaf, math.inf))
     if single_leaf:
         return None
-    search = _Search(free, tiers)
+    search = _Search(free, tiers, breaks)
     root = search.root
     if root in tiers.apart:  # separate trees: the gang must fit inside one of them
         inside = [search.best(k, need) for k in search.kids[root] if search.free[k] >= need]

@@ -20,6 +20,7 @@ from slurmopt.policy.domains import (
     domain_sizes,
     group_by_domain,
     pick_in_domains,
+    required_domain,
     segment_problem,
 )
 from slurmopt.policy.placement import choose_leaves
@@ -147,13 +148,25 @@ class Reservations(PlannerCore):
         gpus = job.gpus_per_node
         when = self._availability(ask)
         required = set(job.required_nodes)
+        segment = self._segment(job)
+        if required and segment is not None:
+            domain_of = self.fabric.domain_of
+            pinned, _ = required_domain(
+                sorted(required), k, segment, len(self.fabric.domains()), domain_of
+            )
+            if pinned is None:
+                return None
+            when = {
+                key: inside
+                for key, v in when.items()
+                if (inside := [x for x in v if domain_of(x[1]) == pinned])
+            }
         if required:
             req = [(at, n) for v in when.values() for at, n in v if n in required]
             if len(req) < len(required):
                 return None
             if len(required) >= k:
                 return max(at for at, _ in req), sorted(required)[:k]
-        segment = self._segment(job)
         if segment is not None and not required:
             return self._earliest_in_domains(when, k, segment)
         single = one_leaf and self._single_leaf(pool, k, gpus) and not required

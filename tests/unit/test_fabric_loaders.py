@@ -219,6 +219,13 @@ BAD_FILES = [
         "unknown node gpu002 in domain nvl1",
     ),
     (
+        "two-domains.yaml",
+        "switches:\n  - switch: leaf1\n    nodes: gpu[001-004]\n"
+        "domains:\n  nvl1: gpu[001-002]\n  nvl2: gpu[002-004]\n",
+        6,
+        "node gpu002 is in two domains: nvl1 and nvl2",
+    ),
+    (
         "disconnected.yaml",
         "switches:\n  - switch: leaf1\n    nodes: gpu001\n  - switch: leaf2\n    nodes: gpu002\n",
         4,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from click.testing import CliRunner, Result
 
 from slurmopt.cli import cli
 from slurmopt.errors import FabricError, UsageError
+from slurmopt.fabric import Fabric
 from slurmopt.fabric.loaders import (
     load_topology_conf,
     parse_fabric_yaml,
@@ -162,6 +164,51 @@ def test_what_slurm_refuses_is_an_error(text: str, line: int, cause: str) -> Non
         parse_topology_conf(text, "t.conf")
     assert info.value.line == line
     assert cause in info.value.cause
+
+
+OVERLAP = (
+    "1 node(s) listed in 2 blocks (b1, b2): gpu004; keeping them in the first, b1, which "
+    "Slurm names as their address (Slurm may also place them with the other blocks' nodes)"
+)
+
+
+@pytest.mark.parametrize(
+    "parse",
+    [
+        lambda: parse_topology_conf(
+            "BlockName=b1 Nodes=gpu[001-004]\nBlockName=b2 Nodes=gpu[004-008]\n", "t.conf"
+        ),
+        lambda: parse_scontrol_topology(
+            "BlockName=b1 BlockIndex=0 Nodes=gpu[001-004] BlockSize=4\n"
+            "BlockName=b2 BlockIndex=1 Nodes=gpu[004-008] BlockSize=4\n"
+        ),
+        lambda: parse_slurm_topology_yaml(
+            "- topology: t\n  block:\n    blocks:\n      - block: b1\n"
+            "        nodes: gpu[001-004]\n      - block: b2\n        nodes: gpu[004-008]\n",
+            "t.yaml",
+        ),
+    ],
+    ids=["topology.conf", "scontrol", "topology.yaml"],
+)
+def test_a_node_in_two_blocks_stays_in_the_first_with_a_warning(
+    parse: Callable[[], Fabric | None],
+) -> None:
+    # Slurm 24.11/25.05 topology/block: no check at all; the node's address names the first.
+    fabric = parse()
+    assert fabric is not None
+    assert fabric.warnings == (OVERLAP,)
+    assert fabric.leaf_of("gpu004") == "b1"
+    assert fabric.nodes_under("b2") == tuple(expand("gpu[005-008]"))
+    assert fabric.domain_of("gpu004") == "b1"
+
+
+def test_check_lists_a_node_in_two_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "topology.conf"
+    path.write_text("BlockName=b1 Nodes=gpu[001-004]\nBlockName=b2 Nodes=gpu[004-008]\n")
+    args = ["topology", "check", "--fabric", str(path), "--nodes", "gpu[001-008]"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    assert f"warning: {OVERLAP}" in result.output.splitlines()
 
 
 def check(fixture: str, nodes: str, *more: str) -> Result:

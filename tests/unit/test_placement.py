@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Sequence
 
 import pytest
 
@@ -40,6 +41,28 @@ def test_twelve_nodes_take_the_largest_leaf_whole_then_the_best_pair() -> None:
     assert choice is not None
     assert dict(choice.take) == {"leafB": 5, "leafC": 2, "leafD": 5}
     assert choice.left_over == 1
+
+
+def test_broken_domains_decide_only_between_equal_fits() -> None:
+    def breaks_on_b(take: Sequence[tuple[str, int]]) -> int:
+        return sum(1 for leaf, _ in take if leaf == "leafB")
+
+    # Five nodes: leafB fits exactly and wins although it breaks a domain.
+    choice = choose_leaves(EXAMPLE, 5, ONE_GROUP, single_leaf=True, breaks=breaks_on_b)
+    assert choice is not None and choice.take == (("leafB", 5),)
+    # Two equal leaves: the one that breaks nothing wins over the first by name.
+    equal = {"leafA": 4, "leafB": 4, "leafC": 4}
+    groups = dict.fromkeys(equal, "spine")
+
+    def breaks_on_a(take: Sequence[tuple[str, int]]) -> int:
+        return sum(1 for leaf, _ in take if leaf == "leafA")
+
+    by_name = choose_leaves(equal, 3, groups, single_leaf=True)
+    assert by_name is not None and by_name.take == (("leafA", 3),)
+    one = choose_leaves(equal, 3, groups, single_leaf=True, breaks=breaks_on_a)
+    assert one is not None and one.take == (("leafB", 3),)
+    two = choose_leaves(equal, 6, groups, single_leaf=False, breaks=breaks_on_a)
+    assert two is not None and two.leaves == ("leafB", "leafC")
 
 
 def test_equal_fit_keeps_the_bigger_leaf_free() -> None:
