@@ -41,8 +41,6 @@ class SingleNodePlacement(PlannerCore):
                 name, f = self._aligned_across(ask, order[i + 1 :], name, f, fits)
             if self._breaks_domain(name):
                 name = self._in_used_domain(ask, f, fits) or name
-            if f >= self.snapshot.nodes[name].gpus_total:
-                name = self._in_tightest_pod(ask, name, f, fits)
             node = self.snapshot.nodes[name]
             need = self._need(job, node)
             self._take_now(name, need, end)
@@ -112,42 +110,6 @@ class SingleNodePlacement(PlannerCore):
             if other_gap is not None and other_gap < best[0]:
                 best = (other_gap, other, other_free)
         return best[1], best[2]
-
-    def _in_tightest_pod(self, ask: Ask, name: str, free: int, fits: Fits) -> str:
-        """For an idle node: one in the pod with the fewest idle nodes, else ``name``.
-
-        Idle nodes are equal to FGD and end alignment (no end to match), but
-        taking one from a pod with many breaks a block a gang could have had
-        in one pod, while the pod with the fewest is broken already.  A node
-        that breaks no whole NVLink domain still comes first; among equals
-        the bucket's own order.  One pod (a two-tier fabric): ``name``.
-        """
-        pod_of = self._pod_of
-        idle: dict[str, int] = {}
-        for leaf, counts in ask.pool.count_ge.items():
-            pod = pod_of(leaf)
-            idle[pod] = idle.get(pod, 0) + counts[free]
-        own = self._leaf(name)
-        if len(idle) < 2 or own is None:
-            return name
-        best = (self._breaks_domain(name), idle[pod_of(own)])
-        if best[1] == min(idle.values()):
-            return name
-        chosen = name
-        free_now = self.timeline.free
-        for _, _, other in sorted(ask.pool.buckets.get(free, [])):
-            other_leaf = self._leaf(other)
-            if other_leaf is None or free_now[other] != free:
-                continue
-            key = (self._breaks_domain(other), idle[pod_of(other_leaf)])
-            if key < best and fits(other, True):
-                best, chosen = key, other
-        return chosen
-
-    def _pod_of(self, leaf: str) -> str:
-        """The lowest unit above ``leaf`` (its pod on a Clos), or the leaf when none is."""
-        chain = self.tiers.chain(leaf)
-        return chain[0] if chain else leaf
 
     def _in_used_domain(self, ask: Ask, free: int, fits: Fits) -> str | None:
         """A node with ``free`` free GPUs the job may take that breaks no whole NVLink domain.

@@ -276,28 +276,3 @@ def test_a_gang_never_spans_trees_no_switch_joins() -> None:
     result = plan(PlanRequest(snapshot(nodes, [pending(1, nodes=3), pending(2, nodes=2)]), fabric))
     assert [(a.job_id, a.nodes) for a in result.actions] == [(2, ("n1", "n2"))]
     assert [u.job_id for u in result.unplaced] == [1]
-
-
-def test_one_node_job_takes_an_idle_node_of_the_pod_already_broken() -> None:
-    # Two pods of two 4-node leaves: pod 1 wholly idle, pod 2 with one idle node (its last).
-    # The one-node job goes there, not to pod 1's first node, so the 8-node gang behind it
-    # still has a whole pod; taking gpu0001 would send the gang across the core.
-    fabric = clos(2, 2, 4, oversubscription=2.0)
-    last = sorted(fabric.compute_nodes)[-1]
-    free = {*fabric.nodes_under("leaf1"), *fabric.nodes_under("leaf2"), last}
-    nodes, jobs = _occupied(fabric, free)
-    queue = [*jobs, pending(1), pending(2, nodes=8)]
-    result = plan(PlanRequest(snapshot(nodes, queue), fabric, Policy()))
-    started = {a.job_id: a.nodes for a in result.actions}
-    assert started[1] == (last,)
-    assert fabric.tiers().tier_of(fabric.span(started[2]).leaves) == 1
-
-
-def test_one_node_job_keeps_the_idle_node_order_on_one_pod() -> None:
-    # A two-tier fabric is one pod: the first idle node by name, as before pods counted.
-    fabric = leaf_spine(8, 4)
-    names = sorted(fabric.compute_nodes)
-    free = {names[0], *names[4:]}
-    nodes, jobs = _occupied(fabric, free)
-    result = plan(PlanRequest(snapshot(nodes, [*jobs, pending(1)]), fabric, Policy()))
-    assert [a.nodes for a in result.actions] == [(names[0],)]
