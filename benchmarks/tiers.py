@@ -10,6 +10,7 @@ JCT, p95 queueing delay; slurmopt / backfill) and the tier metrics of
 ``slurmopt.sim.comm.tier_metrics`` under both policies.
 
     python -m benchmarks.tiers [--workers 2] [--json FILE] [--oversub 2] [--traces DIR]
+                               [--contender slurmopt:KNOB=VALUE]
 """
 
 from __future__ import annotations
