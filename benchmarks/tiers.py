@@ -10,6 +10,7 @@ JCT, p95 queueing delay; slurmopt / backfill) and the tier metrics of
 ``slurmopt.sim.comm.tier_metrics`` under both policies.
 
     python -m benchmarks.tiers [--workers 2] [--json FILE] [--oversub 2] [--traces DIR]
+                               [--contender slurmopt:KNOB=VALUE]
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from benchmarks.policies.settings import (
 
 BASELINE = "slurm-backfill-tree"
 CONTENDER = "slurmopt"
-POLICIES = (BASELINE, CONTENDER)
 #: The two ratios every cell is held to (the policy benchmark's own targets).
 RATIOS = ("avg_jct_s", "p95_queue_delay_s")
 TIER_METRICS = ("avg_tier_multinode", "multinode_above_best_tier")
@@ -80,20 +80,20 @@ def _ratio(contender: Any, baseline: Any) -> float | None:
 
 
 def cell_rows(
-    results: Sequence[Mapping[str, Any]], fabrics: Mapping[str, str]
+    results: Sequence[Mapping[str, Any]], fabrics: Mapping[str, str], contender: str = CONTENDER
 ) -> list[dict[str, Any]]:
-    """One row per window and load from ``run_case`` results of both policies."""
+    """One row per window and load from ``run_case`` results of the baseline and ``contender``."""
     by_key = {(r["label"], r["load"], r["policy"]): r for r in results}
     rows = []
     for label, load in dict.fromkeys((r["label"], r["load"]) for r in results):
-        pair = [by_key.get((label, load, p)) for p in POLICIES]
+        pair = [by_key.get((label, load, p)) for p in (BASELINE, contender)]
         base, cont = ((r or {}).get("metrics", {}) for r in pair)
         errors = [r["error"] for r in pair if r is not None and "error" in r]
         row: dict[str, Any] = {"label": label, "load": load, "fabric": fabrics.get(label, "")}
         for metric in RATIOS:
             row[metric] = _ratio(cont.get(metric), base.get(metric))
         for metric in TIER_METRICS:
-            row[metric] = {BASELINE: base.get(metric), CONTENDER: cont.get(metric)}
+            row[metric] = {BASELINE: base.get(metric), contender: cont.get(metric)}
         row["within"] = not errors and all(
             row[m] is not None and row[m] <= TARGETS[m][1] for m in RATIOS
         )
@@ -107,13 +107,13 @@ def _num(value: Any, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def table(rows: Sequence[Mapping[str, Any]], contender: str = CONTENDER) -> list[str]:
     """The Markdown table of ``cell_rows`` and the line counting cells within the bound."""
     bound = TARGETS[RATIOS[0]][1]
     out = [
         "| trace | load | fabric | mean JCT ratio | p95 wait ratio "
-        "| avg tier, multi-node (backfill / slurmopt) "
-        "| multi-node above best tier (backfill / slurmopt) |",
+        f"| avg tier, multi-node (backfill / {contender}) "
+        f"| multi-node above best tier (backfill / {contender}) |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -123,8 +123,8 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
             jct = p95 = f"not run: {r['error']}"
         out.append(
             f"| {r['label']} | {r['load']} | `{r['fabric']}` | {jct} | {p95} "
-            f"| {_num(tier[BASELINE], 2)} / {_num(tier[CONTENDER], 2)} "
-            f"| {_num(above[BASELINE], 0)} / {_num(above[CONTENDER], 0)} |"
+            f"| {_num(tier[BASELINE], 2)} / {_num(tier[contender], 2)} "
+            f"| {_num(above[BASELINE], 0)} / {_num(above[contender], 0)} |"
         )
     within = sum(r["within"] for r in rows)
     out += ["", f"{within} of {len(rows)} cells within <= {bound} on both ratios."]
@@ -149,12 +149,12 @@ def section(doc: Mapping[str, Any]) -> list[str]:
         doc["command"],
         "```",
         "",
-        *table(doc["rows"]),
+        *table(doc["rows"], doc.get("contender", CONTENDER)),
     ]
 
 
 def _cases(
-    root: Path, windows: Sequence[TraceSpec], oversub: float
+    root: Path, windows: Sequence[TraceSpec], oversub: float, contender: str = CONTENDER
 ) -> tuple[list[Case], list[dict[str, Any]]]:
     cases, fabrics = [], []
     for spec in windows:
@@ -172,7 +172,7 @@ def _cases(
             }
         )
         for load in LOADS:
-            for policy in POLICIES:
+            for policy in (BASELINE, contender):
                 cases.append(
                     Case(
                         spec.label,
@@ -203,6 +203,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="LABEL",
         help="only this window of benchmarks.policies' TRACES (repeatable; default all)",
     )
+    parser.add_argument(
+        "--contender",
+        default=CONTENDER,
+        help="the policy compared with backfill, e.g. a variant "
+        "'slurmopt:compact_wait_share=0.05' (default slurmopt)",
+    )
     args = parser.parse_args(argv)
     windows = [t for t in TRACES if args.window is None or t.label in args.window]
     if not windows:
@@ -210,14 +216,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     root = args.traces.resolve()
     check_traces(root, [t.relpath for t in windows])
     started = time.perf_counter()
-    cases, fabrics = _cases(root, windows, args.oversub)
+    cases, fabrics = _cases(root, windows, args.oversub, args.contender)
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
         results = list(pool.map(run_case, cases))
     for result in results:
         result.pop("gang_waits", None)
-    rows = cell_rows(results, {f["label"]: f["fabric"] for f in fabrics})
+    rows = cell_rows(results, {f["label"]: f["fabric"] for f in fabrics}, args.contender)
     wall = time.perf_counter() - started
-    lines = table(rows)
+    lines = table(rows, args.contender)
     print("\n".join(lines))
     print(f"\n{wall:.0f} s wall")
     for f in fabrics:
@@ -230,6 +236,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "command": command_line("benchmarks.tiers", argv),
             "wall_s": round(wall, 1),
             "oversub": args.oversub,
+            "contender": args.contender,
             "fabrics": fabrics,
             "rows": rows,
             "runs": results,

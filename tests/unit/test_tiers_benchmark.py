@@ -89,3 +89,18 @@ def test_section_says_command_and_date_and_ends_with_the_count() -> None:
     assert "python -m benchmarks.tiers --workers 2" in lines
     assert "2000-01-01" in lines[2] and "2:1" in lines[2]
     assert lines[-1] == "1 of 1 cells within <= 1.02 on both ratios."
+
+
+def test_a_variant_contender_is_compared_and_named() -> None:
+    variant = "slurmopt:compact_wait_share=0.05"
+    results = [
+        _run("w", 1.0, BASELINE, 100.0, 50.0, 1.5),
+        _run("w", 1.0, CONTENDER, 50.0, 10.0, 1.0),  # not the contender: left out
+        _run("w", 1.0, variant, 102.0, 55.0, 0.5),
+    ]
+    rows = cell_rows(results, {"w": "clos:2:1:8:2"}, variant)
+    assert rows[0]["avg_jct_s"] == pytest.approx(1.02)
+    assert rows[0]["avg_tier_multinode"] == {BASELINE: 1.5, variant: 0.5}
+    lines = table(rows, variant)
+    assert f"(backfill / {variant})" in lines[0]
+    assert lines[2] == "| w | 1.0 | `clos:2:1:8:2` | 1.020 | 1.100 | 1.50 / 0.50 | 1 / 1 |"
