@@ -98,6 +98,31 @@ def bucket_entry(node: Node, free: int) -> tuple[int, int, str]:
     return (1 if free >= node.gpus_total else 0, node.weight, node.name)
 
 
+def _spliced(ranked: list[_Placed], gone: list[_Placed], added: list[_Placed]) -> list[_Placed]:
+    """``ranked`` without ``gone`` and with ``added`` (sorted) merged in, in order.
+
+    Order keys are unique, so each entry's place is found by bisection and
+    the runs between the few changed places are copied whole: a queue that
+    barely changed between passes is not filtered and sorted item by item.
+    """
+    cuts = sorted(bisect.bisect_left(ranked, (e[0],)) for e in gone)
+    kept: list[_Placed] = []
+    start = 0
+    for cut in cuts:
+        kept += ranked[start:cut]
+        start = cut + 1
+    kept += ranked[start:]
+    merged: list[_Placed] = []
+    start = 0
+    for entry in added:
+        cut = bisect.bisect_left(kept, (entry[0],), start)
+        merged += kept[start:cut]
+        merged.append(entry)
+        start = cut
+    merged += kept[start:]
+    return merged
+
+
 def _at_least(counts: list[int]) -> list[int]:
     """Turn "how many have exactly g" into "how many have at least g", in place."""
     for g in range(len(counts) - 2, -1, -1):
@@ -338,17 +363,26 @@ class PlannerCache:
         placed = self._placed
         fresh: dict[int, _Placed] = {}
         added: list[_Placed] = []
+        replaced: list[_Placed] = []
         for job in jobs:
             priority = priorities.get(job.job_id, job.priority)
             entry = placed.get(job.job_id)
             if entry is None or entry[1] is not job or entry[0][1] != -priority:
+                if entry is not None:
+                    replaced.append(entry)
                 entry = (order_key(job, priority, True), job)
                 added.append(entry)
             fresh[job.job_id] = entry
-        merged = [e for e in self._ranked if fresh.get(e[1].job_id) is e]
         added.sort(key=_first)
-        merged += added
-        merged.sort(key=_first)  # two sorted runs: one merge
+        ranked = self._ranked
+        gone_count = len(ranked) - (len(jobs) - len(added))
+        if (gone_count + len(added)) * 16 <= len(ranked):
+            gone = replaced + [placed[i] for i in placed.keys() - fresh.keys()]
+            merged = _spliced(ranked, gone, added)
+        else:
+            merged = [e for e in ranked if fresh.get(e[1].job_id) is e]
+            merged += added
+            merged.sort(key=_first)  # two sorted runs: one merge
         self._placed, self._ranked = fresh, merged
         order = [job for _, job in merged]
         self._order = (jobs, dict(priorities), order)
