@@ -54,6 +54,12 @@ class Pool:
     avail_cache: dict[int, dict[str, tuple[int, list[tuple[float, str]]]]] = field(
         default_factory=dict
     )
+    #: ``avail_views[(gpus, by_leaf)]``: every group's ready list for jobs without node
+    #: constraints (empty ones too, in group order), and how far into the pass's change log
+    #: (:attr:`PlannerCore.changed`) it is up to date.
+    avail_views: dict[tuple[int, bool], tuple[int, dict[str, list[tuple[float, str]]]]] = field(
+        default_factory=dict
+    )
     ends: dict[int, list[tuple[float, str]]] | None = None
 
     @property
@@ -138,6 +144,8 @@ class PlannerCore(ABC):
         self.reserved_by: dict[str, list[int]] = {}
         #: Bumped when a leaf's (or off-leaf node's) free GPUs or reservations change.
         self.versions: dict[str, int] = {}
+        #: The leaves (or off-leaf nodes) bumped, in order, one entry per change.
+        self.changed: list[str] = []
         self.failures: dict[tuple[Any, ...], Failure] = {}
         #: Requests (``_request_key``) that can neither start nor be reserved for the rest of
         #: the pass, with the failure every job asking them is left with.
@@ -184,6 +192,7 @@ class PlannerCore(ABC):
     def _bump(self, name: str) -> None:
         key = self._leaf(name) or name
         self.versions[key] = self.versions.get(key, 0) + 1
+        self.changed.append(key)
 
     def _take_now(self, name: str, gpus: int, end: float) -> None:
         self._bump(name)
