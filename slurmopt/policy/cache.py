@@ -56,14 +56,34 @@ class Layout:
     capable_ge: list[int]
     leaf_capable_ge: list[int]
     max_gpus: int
+    #: The usable nodes by weight, then name, and each one's place in that order (see
+    #: :meth:`entry`).
+    ranked: list[str] = field(default_factory=list)
+    rank: dict[str, int] = field(default_factory=dict)
     #: The free-GPU indexes of a pool (see :class:`~slurmopt.policy.planner.Pool`) as a pass
-    #: starts; buckets are kept sorted (a sorted list is a heap).  ``free`` and ``entry``: what
-    #: each node counts as.
+    #: starts; buckets are kept sorted (a sorted list is a heap).  ``free`` and ``entries``:
+    #: what each node counts as.
     count_ge: dict[str, list[int]] = field(default_factory=dict)
     histogram: Counter[int] = field(default_factory=Counter)
-    buckets: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)
+    buckets: dict[int, list[int]] = field(default_factory=dict)
     free: dict[str, int] = field(default_factory=dict)
-    entry: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+    entries: dict[str, int] = field(default_factory=dict)
+
+    def entry(self, node: Node, free: int) -> int:
+        """The node's place in the best-fit order of the nodes with ``free`` free GPUs.
+
+        Partly used nodes first, then weight, then name.  One small integer
+        (the node's rank, after every rank when its GPUs are all free) orders
+        as that triple does, so heaps of thousands of nodes compare integers
+        instead of tuples; :meth:`name_of` reads the node back.
+        """
+        rank = self.rank[node.name]
+        return rank + len(self.ranked) if free >= node.gpus_total else rank
+
+    def name_of(self, entry: int) -> str:
+        """The node an :meth:`entry` stands for."""
+        return self.ranked[entry % len(self.ranked)]
+
     #: ``ready[g][group]``: the group's nodes with at least ``g`` GPUs that ever have ``g`` free,
     #: each with when it keeps them free for good as a pass starts (``-inf``: from now), sorted;
     #: made on first use, dropped when a node of the group changes.
@@ -83,19 +103,14 @@ class Layout:
             if not self.histogram[old]:
                 del self.histogram[old]
             bucket = self.buckets[old]
-            del bucket[bisect.bisect_left(bucket, self.entry.pop(name))]
+            del bucket[bisect.bisect_left(bucket, self.entries.pop(name))]
             if not bucket:
                 del self.buckets[old]
         self.free[name] = free
         if free > 0:
             self.histogram[free] += 1
-            entry = self.entry[name] = bucket_entry(node, free)
+            entry = self.entries[name] = self.entry(node, free)
             bisect.insort(self.buckets.setdefault(free, []), entry)
-
-
-def bucket_entry(node: Node, free: int) -> tuple[int, int, str]:
-    """Best-fit order within one free count: partly used nodes first, then weight, name."""
-    return (1 if free >= node.gpus_total else 0, node.weight, node.name)
 
 
 def _spliced(ranked: list[_Placed], gone: list[_Placed], added: list[_Placed]) -> list[_Placed]:
@@ -173,7 +188,7 @@ class PlannerCache:
         self._fabric = fabric
         self.leaf_of: dict[str, str | None] = {}
         self._nodes: dict[str, Node] = {}
-        self._node_sig: dict[str, tuple[int, bool]] = {}
+        self._node_sig: dict[str, tuple[int, bool, int]] = {}
         self._available_by_state: dict[tuple[str, frozenset[str]], bool] = {}
         #: Bumped whenever a node comes, goes, or changes its GPU count or service state.
         self._epoch = 0
@@ -225,7 +240,8 @@ class PlannerCache:
             seen[name] = node
             if old is not None and old == node:
                 continue
-            signature = (node.gpus_total, self._available(node))
+            # The weight too: the layouts' best-fit ranks (Layout.entry) are made from it.
+            signature = (node.gpus_total, self._available(node), node.weight)
             if self._node_sig.get(name) != signature:
                 self._node_sig[name] = signature
                 self._epoch += 1
@@ -503,6 +519,8 @@ class PlannerCache:
             ],
             max_gpus=max_gpus,
         )
+        layout.ranked = sorted((name for name, _ in usable), key=lambda n: (nodes[n].weight, n))
+        layout.rank = {name: i for i, name in enumerate(layout.ranked)}
         layout.count_ge = {leaf: [0] * (max_gpus + 2) for leaf in leaf_nodes}
         free = self._free
         for name, leaf in usable:
@@ -512,7 +530,7 @@ class PlannerCache:
                 layout.count_ge[leaf][f] += 1
             if f > 0:
                 layout.histogram[f] += 1
-                entry = layout.entry[name] = bucket_entry(nodes[name], f)
+                entry = layout.entries[name] = layout.entry(nodes[name], f)
                 layout.buckets.setdefault(f, []).append(entry)
         for counts in layout.count_ge.values():
             _at_least(counts)

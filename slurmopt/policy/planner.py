@@ -22,7 +22,7 @@ from typing import Any
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job, Node, Partition
 from slurmopt.policy.backfill import INFINITY
-from slurmopt.policy.cache import Layout, PlannerCache, bucket_entry
+from slurmopt.policy.cache import Layout, PlannerCache
 from slurmopt.policy.decisions import Action, Plan, Reason, Reservation, Start, Unplaced
 from slurmopt.policy.fragmentation import JobShape
 from slurmopt.policy.knobs import Policy
@@ -39,7 +39,8 @@ class Pool:
 
     ``count_ge[leaf][g]``: nodes of the leaf with at least ``g`` free GPUs;
     ``histogram``: nodes per free-GPU count (free > 0);
-    ``buckets[f]``: heap of nodes with ``f`` free, best-fit order first;
+    ``buckets[f]``: heap of nodes with ``f`` free, best-fit order first (the layout's
+    :meth:`~slurmopt.policy.cache.Layout.entry` of each);
     ``ends[f]``: the nodes with ``f`` free that have a last end
     (:meth:`PlannerCore._last_end`), sorted by it (built when end alignment
     first reads it, then kept up to date).
@@ -50,7 +51,7 @@ class Pool:
     layout: Layout
     count_ge: dict[str, list[int]]
     histogram: Counter[int]
-    buckets: dict[int, list[tuple[int, int, str]]]
+    buckets: dict[int, list[int]]
     avail_cache: dict[int, dict[str, tuple[int, list[tuple[float, str]]]]] = field(
         default_factory=dict
     )
@@ -227,7 +228,7 @@ class PlannerCore(ABC):
                 del pool.histogram[old]
         if new > 0:
             pool.histogram[new] += 1
-            entry = bucket_entry(self.snapshot.nodes[name], new)
+            entry = pool.layout.entry(self.snapshot.nodes[name], new)
             heapq.heappush(pool.buckets.setdefault(new, []), entry)
 
     def _reserve(self, job_id: int, name: str, gpus: int, start: float, end: float) -> None:

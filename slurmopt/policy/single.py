@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Callable, Sequence
-from operator import itemgetter
 
 from slurmopt.policy.backfill import INFINITY
 from slurmopt.policy.decisions import Reason, Start
@@ -119,7 +118,7 @@ class SingleNodePlacement(PlannerCore):
         """
         heap = ask.pool.buckets.get(free, [])
         free_now = self.timeline.free
-        for _, _, name in sorted(heap):
+        for name in map(ask.pool.layout.name_of, sorted(heap)):
             if free_now[name] == free and not self._breaks_domain(name) and fits(name, True):
                 return name
         return None
@@ -134,13 +133,15 @@ class SingleNodePlacement(PlannerCore):
         nearer than ``bound``: the caller has a better one).
         """
         heap = ask.pool.buckets.get(free, [])
-        skipped: list[tuple[int, int, str]] = []
+        skipped: list[int] = []
         found: str | None = None
         blocked = False
         free_now = self.timeline.free
+        ranked = ask.pool.layout.ranked
+        size = len(ranked)
         while heap:
             entry = heapq.heappop(heap)
-            name = entry[2]
+            name = ranked[entry % size]  # Layout.name_of, inline: this loop runs for every start
             if free_now[name] != free:
                 continue  # stale: the node has moved to another bucket
             skipped.append(entry)
@@ -158,7 +159,7 @@ class SingleNodePlacement(PlannerCore):
     def _closest_end(
         self,
         ask: Ask,
-        heap: list[tuple[int, int, str]],
+        heap: list[int],
         first: str,
         free: int,
         fits: Fits,
@@ -206,9 +207,9 @@ class SingleNodePlacement(PlannerCore):
         if len(found) <= 1:
             return found[0] if found else first
         # Equally near: the first of them in the heap's own list, as a scan of the bucket finds.
-        tied = set(found)
-        chosen: str = next(filter(tied.__contains__, map(itemgetter(2), heap)))
-        return chosen
+        layout, nodes = ask.pool.layout, self.snapshot.nodes
+        tied = {layout.entry(nodes[name], free) for name in found}
+        return layout.name_of(next(filter(tied.__contains__, heap)))
 
     def _end_index(self, pool: Pool) -> dict[int, list[tuple[float, str]]]:
         """The pool's nodes by free GPUs, each list sorted by last end; built on first use."""
