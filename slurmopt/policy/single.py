@@ -29,7 +29,7 @@ class SingleNodePlacement(PlannerCore):
         gpus = job.gpus_per_node
         rise = fgd_increase(pool.histogram, self.shapes, gpus)
         blocked = False
-        order = sorted(rise, key=lambda f: (rise[f], f - gpus))
+        order = [f for _, _, f in sorted([(r, f - gpus, f) for f, r in rise.items()])]
         fits = self._fit_test(ask)
         for i, f in enumerate(order):
             name, held_back = self._first_in_bucket(ask, f, fits)
