@@ -100,14 +100,15 @@ class SingleNodePlacement(PlannerCore):
         if gap is None:
             return name, free
         best = (gap, name, free)
+        end, last_end = ask.end, self._last_end
         for other_free in buckets:
             # Only a node nearer than the best so far counts, so the bucket's scan stops there.
             other, _ = self._first_in_bucket(ask, other_free, fits, best[0])
             if other is None:
                 continue
-            other_gap = self._end_gap(other, ask.end)
-            if other_gap is not None and other_gap < best[0]:
-                best = (other_gap, other, other_free)
+            last = last_end(other)
+            if last is not None and abs(last - end) < best[0]:
+                best = (abs(last - end), other, other_free)
         return best[1], best[2]
 
     def _in_used_domain(self, ask: Ask, free: int, fits: Fits) -> str | None:
@@ -179,13 +180,15 @@ class SingleNodePlacement(PlannerCore):
         nearer than ``first`` are tested, not the whole bucket.
         """
         end = ask.end
-        gap = self._end_gap(first, end)
-        if gap is None:
+        last = self._last_end(first)
+        if last is None:
             return first
-        index = self._end_index(ask.pool).get(free)
+        gap = abs(last - end)
+        ends = ask.pool.ends
+        index = (self._end_index(ask.pool) if ends is None else ends).get(free)
         if not index:
             return first
-        best = min(gap, bound)
+        best = gap if gap < bound else bound
         found: list[str] = []
         size = len(index)
         hi = bisect.bisect_left(index, (end,))
