@@ -326,13 +326,15 @@ class PlannerCache:
         total = node.gpus_total
         exclusive = False
         releases: list[tuple[float, int]] = []
-        for holds in self._holds.get(name, {}).values():
-            for end, gpus, whole in holds:
-                if whole:
-                    exclusive = True
-                    gpus = total
-                releases.append((end, gpus))
-        available = self._available(node)
+        by_job = self._holds.get(name)
+        if by_job:
+            for holds in by_job.values():
+                for end, gpus, whole in holds:
+                    if whole:
+                        exclusive = True
+                        gpus = total
+                    releases.append((end, gpus))
+        available = self._node_sig[name][1]  # _available(node), as _refresh_nodes recorded it
         free = node.gpus_free if available and not exclusive else 0
         self._free[name] = free
         for layout in self._layouts.values():

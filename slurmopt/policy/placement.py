@@ -340,14 +340,11 @@ def fgd_increase(
     for f, n in free_histogram.items():
         fit[f] += n
         total += f * n
+    below = [0] * (top + 2)
+    for s in range(1, top + 2):
+        below[s] = below[s - 1] + (s - 1) * fit[s - 1]
     for s in range(top, -1, -1):
         fit[s] += fit[s + 1]
-    below = [0] * (top + 2)
-    run = 0
-    count = free_histogram.get
-    for s in range(1, top + 2):
-        run += (s - 1) * count(s - 1, 0)
-        below[s] = run
 
     # Per shape, worked out once (this runs for every single-node start): its weighted rise in
     # GPUs it cannot use when the node moves from f to g = f - gpus free, for each way f and g

@@ -114,7 +114,8 @@ class Reservations(PlannerCore):
                 continue
             if not simple and not self._static_ok(job, node, ask.constraint, gpus):
                 continue
-            at = ready_from(name, self._need(job, node))
+            # A job without node constraints is not exclusive: it needs its own GPUs only.
+            at = ready_from(name, gpus if simple else self._need(job, node))
             if at < INFINITY:
                 times.append((at, name))
         times.sort()
@@ -195,10 +196,14 @@ class Reservations(PlannerCore):
             if len(earliest) < k:
                 return None
             start = earliest[-1][0]
-        # Per group, how many of its nodes (a prefix of its sorted list) are ready by then.
+        # Per group, how many of its nodes (a prefix of its sorted list) are ready by then; on
+        # one leaf only those with all k ready count, so only they are counted.
         last = (start, "\uffff")
+        upto = k - 1 if single else 0
         ready = {
-            key: bisect.bisect_right(v, last) for key, v in when.items() if v and v[0][0] <= start
+            key: bisect.bisect_right(v, last)
+            for key, v in when.items()
+            if len(v) > upto and v[upto][0] <= start
         }
         if required:
             fixed = [n for key, upto in ready.items() for _, n in when[key][:upto] if n in required]
