@@ -399,8 +399,11 @@ class PlannerCache:
             merged = _spliced(ranked, gone, added)
         else:
             merged = [e for e in ranked if fresh.get(e[1].job_id) is e]
-            merged += added
-            merged.sort(key=_first)  # two sorted runs: one merge
+            if merged:
+                merged += added
+                merged.sort(key=_first)  # two sorted runs: one merge
+            else:
+                merged = added  # a first pass: every job is new
         self._placed, self._ranked = fresh, merged
         order = [job for _, job in merged]
         self._order = (jobs, dict(priorities), order)
