@@ -217,12 +217,26 @@ class PlannerCache:
         try:
             self._refresh_nodes(snapshot.nodes)
             self._refresh_jobs(snapshot.jobs)
-            for name in self._dirty:
+            for name in self._settle_order():
                 self._settle_node(name)
             self._dirty.clear()
         except BaseException:
             self._reset(None)
             raise
+
+    def _settle_order(self) -> list[str] | set[str]:
+        """The nodes to settle; when they are many, in the snapshot's order.
+
+        Nodes listed together were made together and lie together in memory,
+        which a set's order scatters (a fifth slower over a whole snapshot).
+        """
+        dirty, nodes = self._dirty, self._nodes
+        if len(dirty) * 4 < len(nodes):
+            return dirty
+        ordered = [name for name in nodes if name in dirty]
+        if len(ordered) < len(dirty):  # nodes gone from the snapshot
+            ordered += [name for name in dirty if name not in nodes]
+        return ordered
 
     def _available(self, node: Node) -> bool:
         key = (node.state, node.flags)
@@ -255,6 +269,10 @@ class PlannerCache:
 
     def _refresh_jobs(self, jobs: Mapping[int, Job]) -> None:
         seen = self._jobs
+        if not seen:  # a first pass: every job is new (a snapshot's whole queue, one by one)
+            for job_id, job in jobs.items():
+                self._add_job(job_id, job)
+            return
         changed = [job_id for job_id, job in jobs.items() if seen.get(job_id) is not job]
         for job_id in changed:
             job = jobs[job_id]
