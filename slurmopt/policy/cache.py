@@ -56,14 +56,34 @@ class Layout:
     capable_ge: list[int]
     leaf_capable_ge: list[int]
     max_gpus: int
+    #: The usable nodes by weight, then name, and each one's place in that order (see
+    #: :meth:`entry`).
+    ranked: list[str] = field(default_factory=list)
+    rank: dict[str, int] = field(default_factory=dict)
     #: The free-GPU indexes of a pool (see :class:`~slurmopt.policy.planner.Pool`) as a pass
-    #: starts; buckets are kept sorted (a sorted list is a heap).  ``free`` and ``entry``: what
-    #: each node counts as.
+    #: starts; buckets are kept sorted (a sorted list is a heap).  ``free`` and ``entries``:
+    #: what each node counts as.
     count_ge: dict[str, list[int]] = field(default_factory=dict)
     histogram: Counter[int] = field(default_factory=Counter)
-    buckets: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)
+    buckets: dict[int, list[int]] = field(default_factory=dict)
     free: dict[str, int] = field(default_factory=dict)
-    entry: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+    entries: dict[str, int] = field(default_factory=dict)
+
+    def entry(self, node: Node, free: int) -> int:
+        """The node's place in the best-fit order of the nodes with ``free`` free GPUs.
+
+        Partly used nodes first, then weight, then name.  One small integer
+        (the node's rank, after every rank when its GPUs are all free) orders
+        as that triple does, so heaps of thousands of nodes compare integers
+        instead of tuples; :meth:`name_of` reads the node back.
+        """
+        rank = self.rank[node.name]
+        return rank + len(self.ranked) if free >= node.gpus_total else rank
+
+    def name_of(self, entry: int) -> str:
+        """The node an :meth:`entry` stands for."""
+        return self.ranked[entry % len(self.ranked)]
+
     #: ``ready[g][group]``: the group's nodes with at least ``g`` GPUs that ever have ``g`` free,
     #: each with when it keeps them free for good as a pass starts (``-inf``: from now), sorted;
     #: made on first use, dropped when a node of the group changes.
@@ -83,19 +103,39 @@ class Layout:
             if not self.histogram[old]:
                 del self.histogram[old]
             bucket = self.buckets[old]
-            del bucket[bisect.bisect_left(bucket, self.entry.pop(name))]
+            del bucket[bisect.bisect_left(bucket, self.entries.pop(name))]
             if not bucket:
                 del self.buckets[old]
         self.free[name] = free
         if free > 0:
             self.histogram[free] += 1
-            entry = self.entry[name] = bucket_entry(node, free)
+            entry = self.entries[name] = self.entry(node, free)
             bisect.insort(self.buckets.setdefault(free, []), entry)
 
 
-def bucket_entry(node: Node, free: int) -> tuple[int, int, str]:
-    """Best-fit order within one free count: partly used nodes first, then weight, name."""
-    return (1 if free >= node.gpus_total else 0, node.weight, node.name)
+def _spliced(ranked: list[_Placed], gone: list[_Placed], added: list[_Placed]) -> list[_Placed]:
+    """``ranked`` without ``gone`` and with ``added`` (sorted) merged in, in order.
+
+    Order keys are unique, so each entry's place is found by bisection and
+    the runs between the few changed places are copied whole: a queue that
+    barely changed between passes is not filtered and sorted item by item.
+    """
+    cuts = sorted(bisect.bisect_left(ranked, (e[0],)) for e in gone)
+    kept: list[_Placed] = []
+    start = 0
+    for cut in cuts:
+        kept += ranked[start:cut]
+        start = cut + 1
+    kept += ranked[start:]
+    merged: list[_Placed] = []
+    start = 0
+    for entry in added:
+        cut = bisect.bisect_left(kept, (entry[0],), start)
+        merged += kept[start:cut]
+        merged.append(entry)
+        start = cut
+    merged += kept[start:]
+    return merged
 
 
 def _at_least(counts: list[int]) -> list[int]:
@@ -148,7 +188,7 @@ class PlannerCache:
         self._fabric = fabric
         self.leaf_of: dict[str, str | None] = {}
         self._nodes: dict[str, Node] = {}
-        self._node_sig: dict[str, tuple[int, bool]] = {}
+        self._node_sig: dict[str, tuple[int, bool, int]] = {}
         self._available_by_state: dict[tuple[str, frozenset[str]], bool] = {}
         #: Bumped whenever a node comes, goes, or changes its GPU count or service state.
         self._epoch = 0
@@ -177,12 +217,26 @@ class PlannerCache:
         try:
             self._refresh_nodes(snapshot.nodes)
             self._refresh_jobs(snapshot.jobs)
-            for name in self._dirty:
+            for name in self._settle_order():
                 self._settle_node(name)
             self._dirty.clear()
         except BaseException:
             self._reset(None)
             raise
+
+    def _settle_order(self) -> list[str] | set[str]:
+        """The nodes to settle; when they are many, in the snapshot's order.
+
+        Nodes listed together were made together and lie together in memory,
+        which a set's order scatters (a fifth slower over a whole snapshot).
+        """
+        dirty, nodes = self._dirty, self._nodes
+        if len(dirty) * 4 < len(nodes):
+            return dirty
+        ordered = [name for name in nodes if name in dirty]
+        if len(ordered) < len(dirty):  # nodes gone from the snapshot
+            ordered += [name for name in dirty if name not in nodes]
+        return ordered
 
     def _available(self, node: Node) -> bool:
         key = (node.state, node.flags)
@@ -200,7 +254,8 @@ class PlannerCache:
             seen[name] = node
             if old is not None and old == node:
                 continue
-            signature = (node.gpus_total, self._available(node))
+            # The weight too: the layouts' best-fit ranks (Layout.entry) are made from it.
+            signature = (node.gpus_total, self._available(node), node.weight)
             if self._node_sig.get(name) != signature:
                 self._node_sig[name] = signature
                 self._epoch += 1
@@ -214,6 +269,10 @@ class PlannerCache:
 
     def _refresh_jobs(self, jobs: Mapping[int, Job]) -> None:
         seen = self._jobs
+        if not seen:  # a first pass: every job is new (a snapshot's whole queue, one by one)
+            for job_id, job in jobs.items():
+                self._add_job(job_id, job)
+            return
         changed = [job_id for job_id, job in jobs.items() if seen.get(job_id) is not job]
         for job_id in changed:
             job = jobs[job_id]
@@ -285,13 +344,15 @@ class PlannerCache:
         total = node.gpus_total
         exclusive = False
         releases: list[tuple[float, int]] = []
-        for holds in self._holds.get(name, {}).values():
-            for end, gpus, whole in holds:
-                if whole:
-                    exclusive = True
-                    gpus = total
-                releases.append((end, gpus))
-        available = self._available(node)
+        by_job = self._holds.get(name)
+        if by_job:
+            for holds in by_job.values():
+                for end, gpus, whole in holds:
+                    if whole:
+                        exclusive = True
+                        gpus = total
+                    releases.append((end, gpus))
+        available = self._node_sig[name][1]  # _available(node), as _refresh_nodes recorded it
         free = node.gpus_free if available and not exclusive else 0
         self._free[name] = free
         for layout in self._layouts.values():
@@ -338,17 +399,29 @@ class PlannerCache:
         placed = self._placed
         fresh: dict[int, _Placed] = {}
         added: list[_Placed] = []
+        replaced: list[_Placed] = []
         for job in jobs:
             priority = priorities.get(job.job_id, job.priority)
             entry = placed.get(job.job_id)
             if entry is None or entry[1] is not job or entry[0][1] != -priority:
+                if entry is not None:
+                    replaced.append(entry)
                 entry = (order_key(job, priority, True), job)
                 added.append(entry)
             fresh[job.job_id] = entry
-        merged = [e for e in self._ranked if fresh.get(e[1].job_id) is e]
         added.sort(key=_first)
-        merged += added
-        merged.sort(key=_first)  # two sorted runs: one merge
+        ranked = self._ranked
+        gone_count = len(ranked) - (len(jobs) - len(added))
+        if (gone_count + len(added)) * 16 <= len(ranked):
+            gone = replaced + [placed[i] for i in placed.keys() - fresh.keys()]
+            merged = _spliced(ranked, gone, added)
+        else:
+            merged = [e for e in ranked if fresh.get(e[1].job_id) is e]
+            if merged:
+                merged += added
+                merged.sort(key=_first)  # two sorted runs: one merge
+            else:
+                merged = added  # a first pass: every job is new
         self._placed, self._ranked = fresh, merged
         order = [job for _, job in merged]
         self._order = (jobs, dict(priorities), order)
@@ -469,6 +542,8 @@ class PlannerCache:
             ],
             max_gpus=max_gpus,
         )
+        layout.ranked = sorted((name for name, _ in usable), key=lambda n: (nodes[n].weight, n))
+        layout.rank = {name: i for i, name in enumerate(layout.ranked)}
         layout.count_ge = {leaf: [0] * (max_gpus + 2) for leaf in leaf_nodes}
         free = self._free
         for name, leaf in usable:
@@ -478,7 +553,7 @@ class PlannerCache:
                 layout.count_ge[leaf][f] += 1
             if f > 0:
                 layout.histogram[f] += 1
-                entry = layout.entry[name] = bucket_entry(nodes[name], f)
+                entry = layout.entries[name] = layout.entry(nodes[name], f)
                 layout.buckets.setdefault(f, []).append(entry)
         for counts in layout.count_ge.values():
             _at_least(counts)

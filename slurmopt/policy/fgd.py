@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmopt.errors import UsageError
-from slurmopt.model import ClusterSnapshot, Job
+from slurmopt.model import ClusterSnapshot, Job, JobState
 
 #: Value of ``--job-sizes`` that takes the distribution from the snapshot's queue.
 QUEUE_SOURCE = "queue"
@@ -67,14 +67,21 @@ def queue_shape(job: Job) -> tuple[int, int] | None:
     Pending and running GPU jobs count; one job at a time, so the planner can
     keep the distribution up to date as jobs come and go.
     """
-    if not (job.is_pending or job.is_active):
+    if not (job.state is JobState.PENDING or job.is_active):
         return None
     per_node = job.gpus_per_node
-    if per_node <= 0 and job.gpu_indices:
-        per_node = max(len(v) for v in job.gpu_indices.values())
     if per_node <= 0:
-        return None
-    return (max(job.node_count, len(job.nodes), 1), per_node)
+        if not job.gpu_indices:
+            return None
+        per_node = max(len(v) for v in job.gpu_indices.values())
+        if per_node <= 0:
+            return None
+    # The planner's cache asks this of every job of a fresh snapshot: plain comparisons.
+    nodes = job.node_count
+    listed = len(job.nodes)
+    if listed > nodes:
+        nodes = listed
+    return (nodes if nodes > 1 else 1, per_node)
 
 
 def _job_in_partition(job: Job, partition: str | None) -> bool:

@@ -408,49 +408,52 @@ def fgd_increase(
     if not free_histogram:
         return {}
     top = max(free_histogram)
-    total = sum(f * n for f, n in free_histogram.items())
     # fit[s]: nodes with at least s free; below[s]: free GPUs on nodes with fewer than s free.
     fit = [0] * (top + 2)
-    below = [0] * (top + 2)
+    total = 0
     for f, n in free_histogram.items():
         fit[f] += n
+        total += f * n
+    below = [0] * (top + 2)
+    for s in range(1, top + 2):
+        below[s] = below[s - 1] + (s - 1) * fit[s - 1]
     for s in range(top, -1, -1):
         fit[s] += fit[s + 1]
-    for s in range(1, top + 2):
-        below[s] = below[s - 1] + (s - 1) * free_histogram.get(s - 1, 0)
 
-    # Per shape, worked out once (this runs for every single-node start): the rise in GPUs it
-    # cannot use when the node moves from f to g = f - gpus free, in whole GPUs, for each way
-    # f and g lie around its size s.  Below s both (f < s): the node's free GPUs drop by
-    # `gpus` under s; both at or above it: nothing changes for the shape; f at or above and
+    # Per shape, worked out once (this runs for every single-node start): its weighted rise in
+    # GPUs it cannot use when the node moves from f to g = f - gpus free, for each way f and g
+    # lie around its size s.  Too few nodes fit it already: all free GPUs are unusable to it
+    # before and after, whatever f is.  Else below s both (f < s): the node's free GPUs drop
+    # by `gpus` under s; both at or above it: nothing changes for the shape; f at or above and
     # g below: one node fewer fits it and the node's g GPUs join those below s.
     after = total - gpus
-    terms = []
+    terms: list[tuple[int, float, float, float, float | None]] = []
     for shape in shapes:
-        s = shape.gpus_per_node
-        si = min(s, top + 1)
-        nodes, fit_s, below_s = shape.nodes, fit[si], below[si]
-        base = total if fit_s < nodes else below_s
-        under = (after if fit_s < nodes else below_s - gpus) - base
-        same = (after if fit_s < nodes else below_s) - base
+        s, nodes, weight = shape.gpus_per_node, shape.nodes, shape.weight
+        si = s if s <= top else top + 1
+        if fit[si] < nodes:
+            every = weight * (after - total)
+            terms.append((s, weight, every, every, every))
+            continue
+        below_s = below[si]
         # across s: a fixed rise when too few nodes fit once this one no longer does, else
-        # below_s - base + g (None marks that case)
-        across = after - base if fit_s - 1 < nodes else None
-        terms.append((s, shape.weight, under, same, across, below_s - base))
+        # the node's g GPUs join those below s (None marks that case)
+        across = weight * (after - below_s) if fit[si] - 1 < nodes else None
+        terms.append((s, weight, weight * -gpus, weight * 0, across))
     out: dict[int, float] = {}
     for f, n in free_histogram.items():
         if n <= 0 or f < gpus:
             continue
         g = f - gpus
         rise = 0.0
-        for s, weight, under, same, across, below_rise in terms:
+        for s, weight, under, same, across in terms:
             if f < s:
-                rise += weight * under
+                rise += under
             elif g >= s:
-                rise += weight * same
+                rise += same
             elif across is not None:
-                rise += weight * across
+                rise += across
             else:
-                rise += weight * (below_rise + g)
+                rise += weight * g
         out[f] = rise
     return out

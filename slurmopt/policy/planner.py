@@ -22,7 +22,7 @@ from typing import Any
 from slurmopt.fabric import Fabric
 from slurmopt.model import ClusterSnapshot, Job, Node, Partition
 from slurmopt.policy.backfill import INFINITY
-from slurmopt.policy.cache import Layout, PlannerCache, bucket_entry
+from slurmopt.policy.cache import Layout, PlannerCache
 from slurmopt.policy.decisions import Action, Plan, Reason, Reservation, Start, Unplaced
 from slurmopt.policy.fragmentation import JobShape
 from slurmopt.policy.knobs import Policy
@@ -39,7 +39,8 @@ class Pool:
 
     ``count_ge[leaf][g]``: nodes of the leaf with at least ``g`` free GPUs;
     ``histogram``: nodes per free-GPU count (free > 0);
-    ``buckets[f]``: heap of nodes with ``f`` free, best-fit order first;
+    ``buckets[f]``: heap of nodes with ``f`` free, best-fit order first (the layout's
+    :meth:`~slurmopt.policy.cache.Layout.entry` of each);
     ``ends[f]``: the nodes with ``f`` free that have a last end
     (:meth:`PlannerCore._last_end`), sorted by it (built when end alignment
     first reads it, then kept up to date).
@@ -50,8 +51,14 @@ class Pool:
     layout: Layout
     count_ge: dict[str, list[int]]
     histogram: Counter[int]
-    buckets: dict[int, list[tuple[int, int, str]]]
+    buckets: dict[int, list[int]]
     avail_cache: dict[int, dict[str, tuple[int, list[tuple[float, str]]]]] = field(
+        default_factory=dict
+    )
+    #: ``avail_views[(gpus, by_leaf)]``: every group's ready list for jobs without node
+    #: constraints (empty ones too, in group order), and how far into the pass's change log
+    #: (:attr:`PlannerCore.changed`) it is up to date.
+    avail_views: dict[tuple[int, bool], tuple[int, dict[str, list[tuple[float, str]]]]] = field(
         default_factory=dict
     )
     ends: dict[int, list[tuple[float, str]]] | None = None
@@ -138,6 +145,8 @@ class PlannerCore(ABC):
         self.reserved_by: dict[str, list[int]] = {}
         #: Bumped when a leaf's (or off-leaf node's) free GPUs or reservations change.
         self.versions: dict[str, int] = {}
+        #: The leaves (or off-leaf nodes) bumped, in order, one entry per change.
+        self.changed: list[str] = []
         self.failures: dict[tuple[Any, ...], Failure] = {}
         #: Requests (``_request_key``) that can neither start nor be reserved for the rest of
         #: the pass, with the failure every job asking them is left with.
@@ -184,6 +193,7 @@ class PlannerCore(ABC):
     def _bump(self, name: str) -> None:
         key = self._leaf(name) or name
         self.versions[key] = self.versions.get(key, 0) + 1
+        self.changed.append(key)
 
     def _take_now(self, name: str, gpus: int, end: float) -> None:
         self._bump(name)
@@ -218,7 +228,7 @@ class PlannerCore(ABC):
                 del pool.histogram[old]
         if new > 0:
             pool.histogram[new] += 1
-            entry = bucket_entry(self.snapshot.nodes[name], new)
+            entry = pool.layout.entry(self.snapshot.nodes[name], new)
             heapq.heappush(pool.buckets.setdefault(new, []), entry)
 
     def _reserve(self, job_id: int, name: str, gpus: int, start: float, end: float) -> None:

@@ -60,47 +60,69 @@ class Reservations(PlannerCore):
     def _availability(self, ask: Ask) -> dict[str, list[tuple[float, str]]]:
         """Per leaf (or per off-leaf node, for one-node jobs): when each node is ready, sorted.
 
-        For jobs without node constraints the lists are cached per leaf and
-        rebuilt only for leaves whose nodes changed since.
+        A group whose nodes are never ready has an empty list (or none).  For
+        jobs without node constraints the answer is kept per pool and GPU
+        count and only the groups changed since the last ask are read again
+        (a pass reserves for many jobs and changes few leaves in between); the
+        caller must not change it.
         """
-        job, pool, constraint = ask.job, ask.pool, ask.constraint
+        job, pool = ask.job, ask.pool
+        groups = pool.leaf_nodes if ask.k > 1 else pool.avail_groups
+        if not self._is_simple(job):
+            return {
+                key: self._ready_in(ask, key, members, False) for key, members in groups.items()
+            }
+        view_key = (job.gpus_per_node, ask.k > 1)
+        view = pool.avail_views.get(view_key)
+        changed = self.changed
+        if view is None:
+            out = {key: self._ready_in(ask, key, members, True) for key, members in groups.items()}
+        else:
+            seen, out = view
+            for key in set(changed[seen:]):
+                members = groups.get(key)
+                if members is not None:
+                    out[key] = self._ready_in(ask, key, members, True)
+        pool.avail_views[view_key] = (len(changed), out)
+        return out
+
+    def _ready_in(
+        self, ask: Ask, key: str, members: list[str], simple: bool
+    ) -> list[tuple[float, str]]:
+        """When each of the group's nodes is ready for the job, sorted; never-ready ones left out.
+
+        For jobs without node constraints (``simple``) the list is cached per
+        group and rebuilt only once the group has changed since.
+        """
+        job, pool = ask.job, ask.pool
         gpus = job.gpus_per_node
+        version = self.versions.get(key, 0)
+        cache = pool.avail_cache.setdefault(gpus, {}) if simple else None
+        if cache is not None:
+            hit = cache.get(key)
+            if hit is not None and hit[0] == version:
+                return hit[1]
+            if not version:  # untouched by this pass: as the pass started
+                times = self.cache.ready_times(pool.layout, key, members, gpus, self.now)
+                cache[key] = (version, times)
+                return times
         nodes = self.snapshot.nodes
         ready_from = self.timeline.available_from
-        simple = self._is_simple(job)
-        groups = pool.leaf_nodes if ask.k > 1 else pool.avail_groups
-        cache = pool.avail_cache.setdefault(gpus, {}) if simple else None
-        out: dict[str, list[tuple[float, str]]] = {}
-        for key, members in groups.items():
-            version = self.versions.get(key, 0)
-            if cache is not None:
-                hit = cache.get(key)
-                if hit is not None and hit[0] == version:
-                    if hit[1]:
-                        out[key] = hit[1]
-                    continue
-                if not version:  # untouched by this pass: as the pass started
-                    times = self.cache.ready_times(pool.layout, key, members, gpus, self.now)
-                    cache[key] = (version, times)
-                    if times:
-                        out[key] = times
-                    continue
-            times = []
-            for name in members:
-                node = nodes[name]
-                if node.gpus_total < gpus:
-                    continue
-                if not simple and not self._static_ok(job, node, constraint, gpus):
-                    continue
-                at = ready_from(name, self._need(job, node))
-                if at < INFINITY:
-                    times.append((at, name))
-            times.sort()
-            if cache is not None:
-                cache[key] = (version, times)
-            if times:
-                out[key] = times
-        return out
+        times = []
+        for name in members:
+            node = nodes[name]
+            if node.gpus_total < gpus:
+                continue
+            if not simple and not self._static_ok(job, node, ask.constraint, gpus):
+                continue
+            # A job without node constraints is not exclusive: it needs its own GPUs only.
+            at = ready_from(name, gpus if simple else self._need(job, node))
+            if at < INFINITY:
+                times.append((at, name))
+        times.sort()
+        if cache is not None:
+            cache[key] = (version, times)
+        return times
 
     def _earliest_in_domains(
         self, when: dict[str, list[tuple[float, str]]], k: int, segment: int
@@ -170,7 +192,14 @@ class Reservations(PlannerCore):
         if segment is not None and not required:
             return self._earliest_in_domains(when, k, segment)
         single = one_leaf and self._single_leaf(pool, k, gpus) and not required
-        if single or k == 1:
+        if k == 1:
+            # The earliest-ready node of all; on equal times the first name, as below.
+            firsts = [v[0] for v in when.values() if v]
+            if not firsts:
+                return None
+            start, name = min(firsts)
+            return start, [name]
+        if single:
             starts = [v[k - 1][0] for v in when.values() if len(v) >= k]
             if not starts:
                 return None
@@ -180,14 +209,15 @@ class Reservations(PlannerCore):
             if len(earliest) < k:
                 return None
             start = earliest[-1][0]
-        # Per group, how many of its nodes (a prefix of its sorted list) are ready by then.
-        ready: dict[str, int] = {}
-        for key, v in when.items():
-            if v[0][0] <= start:
-                ready[key] = bisect.bisect_right(v, (start, "\uffff"))
-        if k == 1:
-            _, name = min(when[key][0] for key in ready)
-            return start, [name]
+        # Per group, how many of its nodes (a prefix of its sorted list) are ready by then; on
+        # one leaf only those with all k ready count, so only they are counted.
+        last = (start, "\uffff")
+        upto = k - 1 if single else 0
+        ready = {
+            key: bisect.bisect_right(v, last)
+            for key, v in when.items()
+            if len(v) > upto and v[upto][0] <= start
+        }
         if required:
             fixed = [n for key, upto in ready.items() for _, n in when[key][:upto] if n in required]
             counts = {

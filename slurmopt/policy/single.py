@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Callable, Sequence
-from operator import itemgetter
 
 from slurmopt.policy.backfill import INFINITY
 from slurmopt.policy.decisions import Reason, Start
@@ -30,7 +29,7 @@ class SingleNodePlacement(PlannerCore):
         gpus = job.gpus_per_node
         rise = fgd_increase(pool.histogram, self.shapes, gpus)
         blocked = False
-        order = sorted(rise, key=lambda f: (rise[f], f - gpus))
+        order = [f for _, _, f in sorted([(r, f - gpus, f) for f, r in rise.items()])]
         fits = self._fit_test(ask)
         for i, f in enumerate(order):
             name, held_back = self._first_in_bucket(ask, f, fits)
@@ -101,14 +100,15 @@ class SingleNodePlacement(PlannerCore):
         if gap is None:
             return name, free
         best = (gap, name, free)
+        end, last_end = ask.end, self._last_end
         for other_free in buckets:
             # Only a node nearer than the best so far counts, so the bucket's scan stops there.
             other, _ = self._first_in_bucket(ask, other_free, fits, best[0])
             if other is None:
                 continue
-            other_gap = self._end_gap(other, ask.end)
-            if other_gap is not None and other_gap < best[0]:
-                best = (other_gap, other, other_free)
+            last = last_end(other)
+            if last is not None and abs(last - end) < best[0]:
+                best = (abs(last - end), other, other_free)
         return best[1], best[2]
 
     def _in_used_domain(self, ask: Ask, free: int, fits: Fits) -> str | None:
@@ -119,7 +119,7 @@ class SingleNodePlacement(PlannerCore):
         """
         heap = ask.pool.buckets.get(free, [])
         free_now = self.timeline.free
-        for _, _, name in sorted(heap):
+        for name in map(ask.pool.layout.name_of, sorted(heap)):
             if free_now[name] == free and not self._breaks_domain(name) and fits(name, True):
                 return name
         return None
@@ -134,13 +134,15 @@ class SingleNodePlacement(PlannerCore):
         nearer than ``bound``: the caller has a better one).
         """
         heap = ask.pool.buckets.get(free, [])
-        skipped: list[tuple[int, int, str]] = []
+        skipped: list[int] = []
         found: str | None = None
         blocked = False
         free_now = self.timeline.free
+        ranked = ask.pool.layout.ranked
+        size = len(ranked)
         while heap:
             entry = heapq.heappop(heap)
-            name = entry[2]
+            name = ranked[entry % size]  # Layout.name_of, inline: this loop runs for every start
             if free_now[name] != free:
                 continue  # stale: the node has moved to another bucket
             skipped.append(entry)
@@ -158,7 +160,7 @@ class SingleNodePlacement(PlannerCore):
     def _closest_end(
         self,
         ask: Ask,
-        heap: list[tuple[int, int, str]],
+        heap: list[int],
         first: str,
         free: int,
         fits: Fits,
@@ -178,13 +180,15 @@ class SingleNodePlacement(PlannerCore):
         nearer than ``first`` are tested, not the whole bucket.
         """
         end = ask.end
-        gap = self._end_gap(first, end)
-        if gap is None:
+        last = self._last_end(first)
+        if last is None:
             return first
-        index = self._end_index(ask.pool).get(free)
+        gap = abs(last - end)
+        ends = ask.pool.ends
+        index = (self._end_index(ask.pool) if ends is None else ends).get(free)
         if not index:
             return first
-        best = min(gap, bound)
+        best = gap if gap < bound else bound
         found: list[str] = []
         size = len(index)
         hi = bisect.bisect_left(index, (end,))
@@ -206,9 +210,9 @@ class SingleNodePlacement(PlannerCore):
         if len(found) <= 1:
             return found[0] if found else first
         # Equally near: the first of them in the heap's own list, as a scan of the bucket finds.
-        tied = set(found)
-        chosen: str = next(filter(tied.__contains__, map(itemgetter(2), heap)))
-        return chosen
+        layout, nodes = ask.pool.layout, self.snapshot.nodes
+        tied = {layout.entry(nodes[name], free) for name in found}
+        return layout.name_of(next(filter(tied.__contains__, heap)))
 
     def _end_index(self, pool: Pool) -> dict[int, list[tuple[float, str]]]:
         """The pool's nodes by free GPUs, each list sorted by last end; built on first use."""

@@ -223,6 +223,19 @@ def test_the_same_snapshot_twice_gives_the_same_plan() -> None:
     assert plan(PlanRequest(snap, fabric)).to_json() == first
 
 
+def test_a_node_weight_change_between_passes_moves_it_in_the_best_fit_order() -> None:
+    # Two idle nodes: the lighter one is taken.  The weights swap between passes; a cached
+    # pass must take the other node, as a pass without the cache does.
+    fabric = leaf_fabric({"leaf1": ["n1", "n2"]})
+    jobs = [pending(1, gpus=1)]
+    cache = PlannerCache()
+    before = snapshot([gpu_node("n1", weight=1), gpu_node("n2", weight=5)], jobs)
+    assert plan(PlanRequest(before, fabric), cache=cache).actions[0].nodes == ("n1",)
+    after = snapshot([gpu_node("n1", weight=5), gpu_node("n2", weight=1)], jobs)
+    assert plan(PlanRequest(after, fabric), cache=cache).actions[0].nodes == ("n2",)
+    assert plan(PlanRequest(after, fabric)).actions[0].nodes == ("n2",)
+
+
 def test_another_fabric_object_starts_the_cache_over() -> None:
     one, other = fat_tree(64, 8, 4), fat_tree(64, 16, 2)
     snap = FakeCluster(one, 0, seed=5).snapshot()

@@ -24,7 +24,7 @@ from tests.unit.test_plan_cache import FakeCluster
 def _scan_closest_end(
     self: SingleNodePlacement,
     ask: Ask,
-    heap: list[tuple[int, int, str]],
+    heap: list[int],
     first: str,
     free: int,
     fits: Fits,
@@ -36,7 +36,7 @@ def _scan_closest_end(
     if gap is None:
         return first
     best = (gap, first)
-    for _, _, name in heap:
+    for name in map(ask.pool.layout.name_of, heap):
         if self.timeline.free[name] != free:
             continue
         other = self._end_gap(name, end)
