@@ -39,13 +39,16 @@ def simulate(
     bf_phase_s: float | None = None,
     daemon_interval_s: float = 0.0,
     pin_latency_s: float = 0.0,
+    bf_pass_s: float = 0.0,
 ) -> SimResult:
     """Replay ``trace`` on ``fabric`` (every node ``gpus_per_node`` GPUs) under ``policy``.
 
     ``progress(arrived, total)`` is called as jobs arrive (for a progress bar).
     ``clock_origin_s`` is the wall-clock time of the trace's time 0, which Slurm's
     backfill map rounds against (``bf_resolution_s``); ``bf_phase_s`` when Slurm's
-    backfill agent, already busy, passes first (None: it is idle at time 0).
+    backfill agent, already busy, passes first (None: it is idle at time 0), and
+    ``bf_pass_s`` how long each of its passes takes (they come every ``bf_interval_s`` plus
+    that).
     ``daemon_interval_s`` and ``pin_latency_s`` (0: off) make ``slurmopt``'s jobs start
     as the daemon starts them: at its next cycle, after the pin and release.
     """
@@ -60,6 +63,7 @@ def simulate(
         bf_phase_s,
         daemon_interval_s,
         pin_latency_s,
+        bf_pass_s,
     )
     cluster = SimCluster(fabric, gpus_per_node)
     sim = Simulation(trace, cluster, scheduler, comm or CommModel(), progress=progress)

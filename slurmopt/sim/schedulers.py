@@ -243,6 +243,7 @@ def make_scheduler(
     bf_phase_s: float | None = None,
     daemon_interval_s: float = 0.0,
     pin_latency_s: float = 0.0,
+    bf_pass_s: float = 0.0,
 ) -> Scheduler:
     """The scheduler a ``--policy`` name stands for (``slurmopt:KEY=VALUE,...`` a variant).
 
@@ -280,6 +281,7 @@ def make_scheduler(
             bf_resolution_s,
             clock_origin_s,
             bf_phase_s,
+            bf_pass_s,
         )
     known = ", ".join((*POLICIES, *OPT_IN_POLICIES))
     raise ValueError(f"unknown policy {name!r} (known: {known})")

@@ -8,7 +8,7 @@
   jobs in priority order until one does not fit (Slurm then marks the
   partition failed and tries no lower job in it).  The backfill pass comes
   when Slurm's backfill agent would run it (``bf_interval`` after its last
-  pass, at once after a quiet spell; see :mod:`slurmopt.sim.engine`) and
+  pass ended, at once after a quiet spell; see :mod:`slurmopt.sim.engine`) and
   walks up to ``bf_max_job_test`` jobs: each starts now if it fits without
   touching the nodes held for the jobs before it, else it holds SPECIFIC
   nodes, whole as in Slurm's backfill map, from the time and on the nodes
@@ -274,12 +274,16 @@ class SlurmBackfillTree:
     #: When the backfill agent passes first if it was already passing every ``bf_interval``
     #: at time 0 (it keeps doing so while anything changes); None: it starts idle.
     bf_phase_s: float | None = None
+    #: How long one backfill pass takes, waking included: ``backfill_agent()`` sleeps
+    #: ``bf_interval`` after each ``_attempt_backfill()`` returns, so the passes come every
+    #: ``bf_interval`` plus this and drift later against a fixed rhythm.  0: instant passes.
+    bf_pass_s: float = 0.0
     name: str = "slurm-backfill-tree"
     _tree: TreePlacement | None = None
 
     @property
     def tick_s(self) -> float | None:
-        return self.bf_interval_s if self.bf_interval_s > 0 else None
+        return self.bf_interval_s + self.bf_pass_s if self.bf_interval_s > 0 else None
 
     @property
     def tick_phase_s(self) -> float | None:

@@ -8,7 +8,9 @@ times come from the controller's log to the millisecond (``sacct -c``'s whole
 seconds if the log lacks them), its nodes from ``sacct -c``; the simulator
 replays the same jobs (each with the run time Slurm measured) on the sandbox's
 own topology and backfill settings, from the wall clock of the first start
-and with the backfill agent's passes in the phase the log shows.  A job
+and with the backfill agent's passes in the phase and at the rhythm the log
+shows (each pass comes ``bf_interval`` after the previous one ended, a few
+milliseconds more than ``bf_interval`` apart).  A job
 agrees when it starts on the same nodes and in the same place of the start
 order: after the same jobs, where starts less than :data:`WAVE_S` apart count
 as simultaneous (one wave).  Comparing the jobs before it, not the number of
@@ -34,10 +36,12 @@ compares with the simulation again without the cluster.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
 import re
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -168,6 +172,8 @@ class Run:
     ids: list[int]
     #: When (from the first start) the backfill agent passed first, if the log shows it.
     bf_phase_s: float | None = None
+    #: How much longer than bf_interval the agent's passes came apart, per pass (the log).
+    bf_pass_s: float = 0.0
 
 
 def _run_real(slurm: SlurmSandbox, workload: list[tuple[int, int, int, int]]) -> Run:
@@ -201,14 +207,18 @@ def _run_real(slurm: SlurmSandbox, workload: list[tuple[int, int, int, int]]) ->
     # seconds): a job ends ~0.1 s after its sleep, so after, not at, a pass due then.
     logged = _log_times(slurm, ids)
     phase = None
+    pass_s = 0.0
     if len(logged) == len(ids):
         start = {j: logged[j][0] for j in ids}
         end = {j: logged[j][1] for j in ids}
         # The agent may be mid-rhythm at the release (it keeps passing every bf_interval
-        # while anything changes): its first start gives the phase of its passes.
-        backfilled = [logged[j][0] for j in ids if logged[j][2]]
-        if backfilled:
-            phase = (min(backfilled) - min(start.values())) % params["bf_interval"]
+        # while anything changes): its first start gives the phase of its passes, and the
+        # starts of later passes how far each pass drifts (it sleeps after a pass ends).
+        passes = _passes(sorted(logged[j][0] for j in ids if logged[j][2]))
+        if passes:
+            pass_s = _pass_overhead(passes, params["bf_interval"])
+            period = params["bf_interval"] + pass_s
+            phase = (passes[0] - min(start.values())) % period
     origin = min(start.values())
     return Run(
         workload=workload,
@@ -219,7 +229,28 @@ def _run_real(slurm: SlurmSandbox, workload: list[tuple[int, int, int, int]]) ->
         origin_s=origin,
         ids=ids,
         bf_phase_s=phase,
+        bf_pass_s=pass_s,
     )
+
+
+def _passes(backfilled: list[float]) -> list[float]:
+    """The backfill passes that started jobs: starts within a second of each other are one."""
+    return [at for i, at in enumerate(backfilled) if i == 0 or at - backfilled[i - 1] > 1.0]
+
+
+def _pass_overhead(passes: list[float], interval: float) -> float:
+    """Seconds each pass adds to ``interval``: the median over consecutive logged passes.
+
+    ``backfill_agent()`` sleeps ``bf_interval`` after a pass ends, so k intervals apart
+    means k * interval plus k passes' run time.  A pair more than 0.5 s off that rhythm
+    (the agent slept a short extra second, having found nothing to do) is left out.
+    """
+    drifts = []
+    for a, b in itertools.pairwise(passes):
+        k = round((b - a) / interval)
+        if k >= 1 and abs(b - a - k * interval) <= 0.5:
+            drifts.append((b - a - k * interval) / k)
+    return max(0.0, statistics.median(drifts)) if drifts else 0.0
 
 
 _LOGGED = re.compile(
@@ -285,6 +316,7 @@ def _simulate(real: Run, fabric: Fabric) -> Run:
         bf_resolution_s=real.params["bf_resolution"],
         clock_origin_s=real.origin_s,
         bf_phase_s=real.bf_phase_s,
+        bf_pass_s=real.bf_pass_s,
     )
     sim = {o.job.job_id: o for o in result.outcomes}
     return Run(
@@ -332,6 +364,7 @@ def replay(path: Path, fabric: Fabric) -> list[str]:
         origin_s=data["origin_s"],
         ids=data.get("ids", []),
         bf_phase_s=data.get("bf_phase_s"),
+        bf_pass_s=data.get("bf_pass_s", 0.0),
     )
     return compare(real, _simulate(real, fabric), path.stem)
 

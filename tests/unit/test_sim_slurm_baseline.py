@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from slurmopt.fabric import Fabric
 from slurmopt.fabric.generators import fat_tree
 from slurmopt.fabric.topology_conf import load_topology_conf
@@ -53,6 +55,26 @@ def test_a_busy_backfill_agent_keeps_its_phase(tmp_path: Path) -> None:
         bf_interval_s=30, bf_phase_s=7,
     )  # fmt: skip
     assert {o.job.job_id: o.start for o in result.outcomes} == {1: 0.0, 2: 100.0, 3: 7.0}
+
+
+def test_backfill_passes_drift_by_their_own_duration(tmp_path: Path) -> None:
+    # backfill_agent() sleeps bf_interval after each _attempt_backfill() returns, so with
+    # passes of 0.02 s they come at 0, 5.02, 10.04, 15.06, 20.08.  Job 1 (3 nodes) and job 2
+    # start at 0; job 3 (2 nodes) blocks the partition, so job 4 waits for backfill.  Job 2
+    # ends at 20.05: after the nominal pass at 20 but before the drifted one, which
+    # backfills job 4 on its node at 20.08; on a fixed 5 s rhythm it would wait until 25.
+    trace = tmp_path / "t.csv"
+    trace.write_text(HEADER + "0,1000,24,1000\n0,20.05,8,1000\n0,100,16,1000\n0,10,8,10\n")
+    starts = {}
+    for pass_s in (0.0, 0.02):
+        result = simulate(
+            read_trace(trace, "csv"), parse_fabric_spec("fat-tree:4:4"),
+            "slurm-backfill-tree", OFF, bf_interval_s=5, bf_pass_s=pass_s,
+        )  # fmt: skip
+        starts[pass_s] = {o.job.job_id: o.start for o in result.outcomes}
+    assert starts[0.0] == {1: 0.0, 2: 0.0, 3: 1000.0, 4: 25.0}
+    assert starts[0.02][4] == pytest.approx(20.08)
+    assert {j: starts[0.02][j] for j in (1, 2, 3)} == {1: 0.0, 2: 0.0, 3: 1000.0}
 
 
 def test_backfill_agent_after_a_quiet_spell_serves_the_first_change_at_once(
