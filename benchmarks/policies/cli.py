@@ -343,6 +343,7 @@ def _update(
 
 
 def _write_doc(out: Path, doc: Mapping[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
     target = out / "benchmarks.md"
     target.write_text(render(doc))
     print(f"wrote {target} ({doc['wall_s']:.0f} s)")
