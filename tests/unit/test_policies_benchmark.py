@@ -361,3 +361,13 @@ def test_a_case_replays_on_a_clos_fabric() -> None:
     )  # fmt: skip
     row = bench.run_case(case)
     assert "error" not in row and row["metrics"]["jobs"] > 0
+
+
+def test_the_committed_benchmarks_page_is_what_its_json_and_sources_render(tmp_path: Path) -> None:
+    """docs/benchmarks.md is generated: a hand edit there is lost on the next run, so it must
+    match what ``--render`` makes of the committed JSON, evidence and three-tier sources."""
+    from benchmarks.policies.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    main(["--render", str(root / "docs/benchmarks/policies.json"), "--out", str(tmp_path)])
+    assert (tmp_path / "benchmarks.md").read_text() == (root / "docs/benchmarks.md").read_text()
