@@ -288,6 +288,10 @@ def test_render_report_from_a_saved_report() -> None:
     assert "jobs 11-12 by submit, compressed x100: 2 jobs (0 multi-node, 1 dropped too big)" in text
     assert "| mean JCT (s) | 20.0 | 30.0 | 1.500 | 1.000 | +50.0 |" in text
     assert "every 2 s" in text and "2.0 s longer" in text
+    assert "pin latency" not in text  # a report from before it was measured
+    pin = {"jobs": 2, "median_s": 1.3, "p95_s": 3.2, "mean_s": 1.45, "max_s": 3.3}
+    report["live"] = {"plain": live, "slurmopt": {**ours, "pin_latency": pin}}
+    assert "2 jobs): median 1.3 s, p95 3.2 s, mean 1.45 s, max 3.3 s" in render_report(report)
 
 
 CTLD_LOG = """\
