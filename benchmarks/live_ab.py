@@ -21,6 +21,9 @@ slurmopt / plain, beside the simulator's prediction of the same ratio for
 the same compressed workload (``slurmopt`` against ``slurm-backfill-tree``
 on the sandbox's ``topology.conf`` and backfill settings).  A live ratio more
 than 5 points from the simulated one gets a line naming the likely cause.
+The daemon's run also reports its pin latency: per job, the seconds from the
+cycle that pinned it (the run's store) to slurmctld starting it (its log,
+to the millisecond), the delay ``--sim-pin-latency`` stands for.
 
     python -m benchmarks.live_ab --trace ../shared/traces/philly-sia/philly.csv \\
         --trace-format philly-sia --window 20000:300 --compress 60 [--json]
@@ -320,6 +323,51 @@ def sample_metrics(samples: Sequence[Sample], nodes: int, gpus_per_node: int) ->
     }
 
 
+_CTLD_START = re.compile(
+    r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?\] "
+    r"(?:sched: Allocate|sched/backfill: _start_job: Started) JobId=(\d+)\b",
+    re.M,
+)
+
+
+def parse_ctld_starts(text: str) -> dict[int, list[float]]:
+    """When slurmctld started each job (epoch seconds, in log order), from its log.
+
+    The job-completion record's ``StartTime`` is whole seconds, too coarse for a latency of
+    about one; slurmctld's own ``sched: Allocate`` and backfill ``Started`` lines carry
+    milliseconds.  A job id can recur (a requeue, a sandbox restarted), hence a list.
+    """
+    starts: dict[int, list[float]] = {}
+    for stamp, fraction, job_id in _CTLD_START.findall(text):
+        second = _stamp(stamp)
+        if second is not None:
+            starts.setdefault(int(job_id), []).append(second + float(fraction or 0))
+    return starts
+
+
+def pin_latency(
+    pinned: Mapping[int, float], starts: Mapping[int, Sequence[float]]
+) -> dict[str, Any]:
+    """Seconds from the daemon cycle that pinned each job to slurmctld starting it.
+
+    ``pinned``: job id -> the cycle's clock of its last pin (the store's ``pinned``
+    transition); the start is slurmctld's first one at or after it.  This is the delay the
+    simulator's ``pin_latency_s`` stands for.  Jobs pinned but never started are left out.
+    """
+    latencies = []
+    for job_id, at in pinned.items():
+        after = [t for t in starts.get(job_id, ()) if t >= at]
+        if after:
+            latencies.append(min(after) - at)
+    return {
+        "jobs": len(latencies),
+        "median_s": _round(_percentile(latencies, 50)),
+        "p95_s": _round(_percentile(latencies, 95)),
+        "mean_s": _round(_mean(latencies)),
+        "max_s": _round(max(latencies, default=None)),
+    }
+
+
 def _round(value: float | None, digits: int = 2) -> float | None:
     return None if value is None else round(value, digits)
 
@@ -521,6 +569,23 @@ def _run(*argv: str, timeout: float = 60) -> str:
 
 def _log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def store_pins(store_dir: str) -> dict[int, float]:
+    """Job id -> when the daemon's cycle last pinned it, from a run's store."""
+    from sqlalchemy import select
+
+    from slurmopt.store import JobTransition, ManagedJobState, Store
+
+    store = Store(f"sqlite:///{store_dir}/slurmopt.db", create=False)
+    with store.begin() as session:
+        rows = session.execute(
+            select(JobTransition.job_id, JobTransition.at)
+            .where(JobTransition.to_state == ManagedJobState.PINNED)
+            .order_by(JobTransition.at)
+        ).all()
+    store.engine.dispose()
+    return {job_id: at for job_id, at in rows}  # a later pin replaces an undone one
 
 
 @contextmanager
@@ -819,6 +884,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows = run.execute(jobcomp.group(1), args.deadline)
                 results[label] = run.summary(rows, nodes, gpn)
         plain, ours = results["plain"], results["slurmopt"]
+        ctld_log = re.search(r"^SlurmctldLogFile\s*=\s*(\S+)", config_text, re.M)
+        if ours.get("store") and ctld_log is not None:
+            starts = parse_ctld_starts(Path(ctld_log.group(1)).read_text(errors="replace"))
+            ours["pin_latency"] = pin_latency(store_pins(ours["store"]), starts)
     header["daemon_interval_s"] = interval_s
     report = {
         **header,
@@ -873,6 +942,13 @@ def render_report(report: Mapping[str, Any]) -> str:
                 f"makespan {figures['makespan_s']} s, mean queueing delay "
                 f"{figures['mean_queue_delay_s']} s, p95 submit lag {figures['submit_lag_p95_s']} s"
             )
+    pin = report["live"].get("slurmopt", {}).get("pin_latency")
+    if pin and pin["jobs"]:
+        lines.append(
+            f"pin latency (the daemon's cycle that pinned a job to slurmctld's start, "
+            f"{pin['jobs']} jobs): median {pin['median_s']} s, p95 {pin['p95_s']} s, "
+            f"mean {pin['mean_s']} s, max {pin['max_s']} s"
+        )
     lines.append(render_table(_table(report)))
     return "\n".join(lines)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -200,6 +201,20 @@ def _check_policies(
     show_default=True,
     help="slurm-backfill-tree: seconds between backfill passes.",
 )
+@click.option(
+    "--daemon-interval",
+    type=float,
+    default=0.0,
+    help="slurmopt: the daemon's cycle, seconds; its planner runs only at multiples of it "
+    "(default 0: at every event).",
+)
+@click.option(
+    "--pin-latency",
+    type=float,
+    default=0.0,
+    help="slurmopt: seconds from a cycle's decision to the job's start, the pin and release "
+    "(default 0: at once).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of tables.")
 @click.option("--series/--no-series", default=True, help="Include over_time samples in --json.")
 def simulate_cmd(
@@ -223,10 +238,15 @@ def simulate_cmd(
     bf_max_job_test: int,
     bf_window: float,
     bf_interval: float,
+    daemon_interval: float,
+    pin_latency: float,
     as_json: bool,
     series: bool,
 ) -> None:
     """Replay a job trace on a modelled cluster under each policy and compare the metrics."""
+    for flag, value in (("--daemon-interval", daemon_interval), ("--pin-latency", pin_latency)):
+        if not (math.isfinite(value) and value >= 0):
+            raise UsageError(f"{flag} must be a number of seconds >= 0, got {value}")
     try:
         shares = parse_shares(comm_shares) if comm_shares else DEFAULT_SHARES
     except ValueError as exc:
@@ -264,7 +284,8 @@ def simulate_cmd(
         with _progress(f"{name}") as progress:
             results[name] = simulate(
                 trace, fabric, name, comm, gpus_per_node, bf_max_job_test, bf_window * 60,
-                bf_interval, progress,
+                bf_interval, progress, daemon_interval_s=daemon_interval,
+                pin_latency_s=pin_latency,
             )  # fmt: skip
     if plot is not None:
         from slurmopt.sim.plots import plot_over_time
@@ -300,6 +321,7 @@ def simulate_cmd(
             "bf_window_min": bf_window,
             "bf_interval_s": bf_interval,
         },
+        "daemon": {"interval_s": daemon_interval, "pin_latency_s": pin_latency},
     }
     if as_json:
         emit_json({**header, "policies": {n: r.to_json(series) for n, r in results.items()}})
@@ -310,6 +332,12 @@ def simulate_cmd(
         f"offered load {header['load']['offered']:.3f}"
         + (f" (native {native:.3f}, arrivals x{factor:.4g})" if load is not None and native else "")
         + f"; comm penalty {penalty}"
+        + (
+            f"; slurmopt starts at the daemon's cycle ({daemon_interval:g} s) "
+            f"+ {pin_latency:g} s pin latency"
+            if daemon_interval or pin_latency
+            else ""
+        )
     )
     for note in trace.notes:
         click.echo(f"note: {note}")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
 from benchmarks.live_ab import (
@@ -13,8 +16,10 @@ from benchmarks.live_ab import (
     compress,
     job_metrics,
     likely_cause,
+    parse_ctld_starts,
     parse_jobcomp,
     parse_squeue,
+    pin_latency,
     ratio,
     ratio_table,
     render_report,
@@ -24,6 +29,7 @@ from benchmarks.live_ab import (
     sbatch_args,
     scheduler_params,
     sim_trace,
+    store_pins,
 )
 from slurmopt.sim import Trace, TraceJob
 
@@ -282,3 +288,54 @@ def test_render_report_from_a_saved_report() -> None:
     assert "jobs 11-12 by submit, compressed x100: 2 jobs (0 multi-node, 1 dropped too big)" in text
     assert "| mean JCT (s) | 20.0 | 30.0 | 1.500 | 1.000 | +50.0 |" in text
     assert "every 2 s" in text and "2.0 s longer" in text
+    assert "pin latency" not in text  # a report from before it was measured
+    pin = {"jobs": 2, "median_s": 1.3, "p95_s": 3.2, "mean_s": 1.45, "max_s": 3.3}
+    report["live"] = {"plain": live, "slurmopt": {**ours, "pin_latency": pin}}
+    assert "2 jobs): median 1.3 s, p95 3.2 s, mean 1.45 s, max 3.3 s" in render_report(report)
+
+
+CTLD_LOG = """\
+[2026-12-04T10:00:01.250] _slurm_rpc_submit_batch_job: JobId=11 InitPrio=4294901759 usec=300
+[2026-12-04T10:00:02.600] sched: Allocate JobId=11 NodeList=gpu001 #CPUs=1 Partition=gpu
+[2026-12-04T10:00:03.050] sched/backfill: _start_job: Started JobId=12 in gpu on gpu[002-003]
+[2026-12-04T10:00:09.500] sched: Allocate JobId=11 NodeList=gpu004 #CPUs=1 Partition=gpu
+[2026-12-04T10:00:09.900] _job_complete: JobId=12 WEXITSTATUS 0
+"""
+
+
+def test_parse_ctld_starts_reads_allocations_and_backfill_starts_to_the_millisecond() -> None:
+    starts = parse_ctld_starts(CTLD_LOG)
+    t0 = time.mktime(time.strptime("2026-12-04T10:00:00", "%Y-%m-%dT%H:%M:%S"))
+    assert set(starts) == {11, 12}  # submissions and completions are not starts
+    assert starts[11] == pytest.approx([t0 + 2.6, t0 + 9.5])  # requeued: both kept
+    assert starts[12] == pytest.approx([t0 + 3.05])
+
+
+def test_pin_latency_runs_from_the_pinning_cycle_to_the_first_start_after_it() -> None:
+    starts = {1: [10.0, 30.5], 2: [21.25], 3: [5.0], 4: [40.0]}
+    # Job 1 was started before (an earlier run of the id) and again 0.5 s after its pin;
+    # job 3 started only before its pin (never after): left out; job 5 never started.
+    pinned = {1: 30.0, 2: 20.0, 3: 8.0, 4: 38.0, 5: 50.0}
+    got = pin_latency(pinned, starts)
+    assert got["jobs"] == 3
+    assert got["median_s"] == 1.25 and got["max_s"] == 2.0
+    assert got["mean_s"] == pytest.approx((0.5 + 1.25 + 2.0) / 3, abs=0.01)
+    assert pin_latency({}, starts) == {
+        "jobs": 0, "median_s": None, "p95_s": None, "mean_s": None, "max_s": None,
+    }  # fmt: skip
+
+
+def test_store_pins_takes_each_jobs_last_pin_from_a_runs_store(tmp_path: Path) -> None:
+    from slurmopt.store import ManagedJobState, Store, register_job, transition
+
+    store = Store.open(f"sqlite:///{tmp_path}/slurmopt.db")
+    with store.begin() as session:
+        for job_id in (1, 2):
+            register_job(session, job_id, 100.0, key=f"{job_id}:hold", now=100.0)
+        transition(session, 1, ManagedJobState.PINNED, "BEST_FIT_NODE", "", "1:pin:0", now=102.0)
+        # Job 1's pin was undone and made again a cycle later: the later one counts.
+        transition(session, 1, ManagedJobState.WAITING, "unpinned", "", "1:unpin:0", now=103.0)
+        transition(session, 1, ManagedJobState.PINNED, "BEST_FIT_NODE", "", "1:pin:1", now=104.0)
+        transition(session, 1, ManagedJobState.RUNNING, "started", "", "1:run:0", now=106.0)
+    store.engine.dispose()
+    assert store_pins(str(tmp_path)) == {1: 104.0}  # job 2 was never pinned

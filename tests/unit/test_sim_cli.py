@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -114,3 +115,48 @@ def test_best_fit_runs_in_fill_mode_only(capsys: pytest.CaptureFixture[str]) -> 
               "--policy", "best-fit"])  # fmt: skip
     assert exc.value.code == 2
     assert "best-fit runs in --mode fill only" in capsys.readouterr().err
+
+
+def _queue_delays(*flags: str, tmp_path: Path) -> dict[str, Any]:
+    """The echoed daemon settings and mean queueing delay of two lone jobs (submits 0 s and
+    3 s) under slurmopt."""
+    trace = tmp_path / "two.csv"
+    trace.write_text("submit_s,duration_s,gpus,time_limit_s\n0,10,2,60\n3,10,2,60\n")
+    code, out = _simulate(
+        "--trace", str(trace), "--trace-format", "csv", "--fabric", "fat-tree:2:2",
+        "--policy", "slurmopt", "--penalty", "off", "--json", "--no-series", *flags,
+    )  # fmt: skip
+    assert code == 0, out
+    doc = json.loads(out)
+    metrics = doc["policies"]["slurmopt"]
+    return {"daemon": doc["daemon"], "avg_queue_delay_s": metrics["avg_queue_delay_s"]}
+
+
+def test_daemon_interval_and_pin_latency_start_jobs_at_the_next_cycle_plus_latency(
+    tmp_path: Path,
+) -> None:
+    off = _queue_delays(tmp_path=tmp_path)
+    assert off["avg_queue_delay_s"] == 0.0
+    assert off["daemon"] == {"interval_s": 0.0, "pin_latency_s": 0.0}
+    on = _queue_delays("--daemon-interval", "2", "--pin-latency", "1.5", tmp_path=tmp_path)
+    # Submit 0 is a cycle: start 1.5 (waits 1.5); submit 3: the cycle at 4, start 5.5 (2.5).
+    assert on["avg_queue_delay_s"] == pytest.approx((1.5 + 2.5) / 2)
+    assert on["daemon"] == {"interval_s": 2.0, "pin_latency_s": 1.5}
+    latency_only = _queue_delays("--pin-latency", "1.5", tmp_path=tmp_path)
+    assert latency_only["avg_queue_delay_s"] == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--daemon-interval", "-2"), ("--pin-latency", "-0.5"), ("--pin-latency", "nan"),
+     ("--daemon-interval", "inf"), ("--pin-latency", "soon")],
+)  # fmt: skip
+def test_bad_daemon_interval_or_pin_latency_is_one_line_and_exit_2(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "--trace", str(TRACES / "load.csv"), "--trace-format", "csv",
+              "--policy", "slurmopt", flag, value])  # fmt: skip
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flag in err
