@@ -40,6 +40,7 @@ def simulate(
     daemon_interval_s: float = 0.0,
     pin_latency_s: float = 0.0,
     bf_pass_s: float = 0.0,
+    main_pass_delay_s: float = 0.0,
 ) -> SimResult:
     """Replay ``trace`` on ``fabric`` (every node ``gpus_per_node`` GPUs) under ``policy``.
 
@@ -48,7 +49,8 @@ def simulate(
     backfill map rounds against (``bf_resolution_s``); ``bf_phase_s`` when Slurm's
     backfill agent, already busy, passes first (None: it is idle at time 0), and
     ``bf_pass_s`` how long each of its passes takes (they come every ``bf_interval_s`` plus
-    that).
+    that); ``main_pass_delay_s`` how long after a job's end the main pass it triggers
+    runs (Slurm runs it when the job's epilog completes; 0: at the end).
     ``daemon_interval_s`` and ``pin_latency_s`` (0: off) make ``slurmopt``'s jobs start
     as the daemon starts them: at its next cycle, after the pin and release.
     """
@@ -64,6 +66,7 @@ def simulate(
         daemon_interval_s,
         pin_latency_s,
         bf_pass_s,
+        main_pass_delay_s,
     )
     cluster = SimCluster(fabric, gpus_per_node)
     sim = Simulation(trace, cluster, scheduler, comm or CommModel(), progress=progress)

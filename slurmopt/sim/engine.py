@@ -16,6 +16,12 @@ since the previous one are not run (they start nothing) but keep the rhythm.
 A scheduler's ``tick_phase_s`` (None: the agent starts idle) says the agent
 was already passing every ``tick_s`` when the trace began, next at that time.
 
+A scheduler's ``main_pass_delay_s`` (0: at the end itself) is how long after a
+job's end the event-driven pass that end triggers comes: slurmctld runs it when
+the job's epilog-complete message arrives (``_slurm_rpc_epilog_complete()``
+calls ``schedule()``), not at the end.  The job's GPUs are free from its end,
+so that pass, and any pass between, sees every job that ended by then.
+
 A pass is skipped only where it provably starts nothing: no job ended since
 the last pass (so no GPU was freed), every new job ranks after every job
 already waiting (so no reservation made for those moves), and no new job
@@ -155,6 +161,10 @@ class Simulation:
         cost = getattr(self.scheduler, "preempt_cost", SIM_PREEMPTION)
         #: Seconds between a pass's decision and the job's start (the daemon's pin and release).
         delay = float(getattr(self.scheduler, "start_delay_s", 0.0))
+        #: Seconds from a job's end to the main pass it triggers (the epilog's time).
+        epilog = float(getattr(self.scheduler, "main_pass_delay_s", 0.0))
+        #: When the main passes that ends triggered are due (only with an epilog delay).
+        mains: list[float] = []
         tick_s = self.scheduler.tick_s
         agent = _Agent(tick_s) if tick_s else None
         phase = getattr(self.scheduler, "tick_phase_s", None)
@@ -178,6 +188,7 @@ class Simulation:
                 acks[0][0] if acks else math.inf,
                 wake,
                 wake_of() if wake_of is not None else math.inf,
+                mains[0] if mains else math.inf,
             )
             if at == math.inf:
                 break
@@ -217,6 +228,17 @@ class Simulation:
                 arrived.append(job)
             if arrived and self.progress is not None:
                 self.progress(arrival, len(jobs))
+            # An end frees its GPUs now but triggers its main pass after the epilog; the
+            # ends' own passes come at their due times, together if due at one instant.
+            main_due = False
+            while mains and mains[0] <= at:
+                heapq.heappop(mains)
+                main_due = True
+            triggers = main_due
+            if freed and epilog > 0:
+                heapq.heappush(mains, at + epilog)
+            else:
+                triggers = triggers or freed
             tick = False
             if agent is not None:
                 if freed or arrived:
@@ -225,8 +247,8 @@ class Simulation:
                 if tick:
                     agent.passed(at, bool(cluster.pending))
             starts: list[tuple[int, tuple[str, ...]]] = []
-            if (cluster.pending and (tick or freed or arrived)) or woken:
-                run_pass = woken or tick or freed
+            if (cluster.pending and (tick or triggers or arrived)) or woken:
+                run_pass = woken or tick or triggers
                 run_pass = run_pass or self._might_start(arrived, pending_priorities)
                 # A job that fits nowhere may still make room by preemption: plan it.
                 run_pass = run_pass or (

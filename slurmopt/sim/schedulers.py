@@ -244,11 +244,14 @@ def make_scheduler(
     daemon_interval_s: float = 0.0,
     pin_latency_s: float = 0.0,
     bf_pass_s: float = 0.0,
+    main_pass_delay_s: float = 0.0,
 ) -> Scheduler:
     """The scheduler a ``--policy`` name stands for (``slurmopt:KEY=VALUE,...`` a variant).
 
     ``daemon_interval_s`` and ``pin_latency_s`` (0: off) delay ``slurmopt``'s starts as
     the daemon's cycle and its pin and release do; the baselines ignore them.
+    ``main_pass_delay_s`` (``slurm-backfill-tree`` only) delays the main pass a job's end
+    triggers, as its epilog does in Slurm.
     """
     if name == "slurmopt" or name.startswith("slurmopt:"):
         policy, runtime, preempt = parse_variant(name)
@@ -282,6 +285,7 @@ def make_scheduler(
             clock_origin_s,
             bf_phase_s,
             bf_pass_s,
+            main_pass_delay_s,
         )
     known = ", ".join((*POLICIES, *OPT_IN_POLICIES))
     raise ValueError(f"unknown policy {name!r} (known: {known})")

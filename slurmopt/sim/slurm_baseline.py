@@ -6,7 +6,9 @@
 * ``slurm-backfill-tree``: Slurm 22.05's ``sched/backfill`` with
   ``topology/tree``.  At every arrival and end the main scheduler starts
   jobs in priority order until one does not fit (Slurm then marks the
-  partition failed and tries no lower job in it).  The backfill pass comes
+  partition failed and tries no lower job in it); the pass an end triggers
+  comes ``main_pass_delay_s`` later, when Slurm hears the job's epilog is
+  complete, and sees every job that ended by then.  The backfill pass comes
   when Slurm's backfill agent would run it (``bf_interval`` after its last
   pass ended, at once after a quiet spell; see :mod:`slurmopt.sim.engine`) and
   walks up to ``bf_max_job_test`` jobs: each starts now if it fits without
@@ -278,6 +280,10 @@ class SlurmBackfillTree:
     #: ``bf_interval`` after each ``_attempt_backfill()`` returns, so the passes come every
     #: ``bf_interval`` plus this and drift later against a fixed rhythm.  0: instant passes.
     bf_pass_s: float = 0.0
+    #: Seconds from a job's end to the main pass it triggers: slurmctld calls ``schedule()``
+    #: when the job's epilog-complete message arrives (``_slurm_rpc_epilog_complete()``),
+    #: so that pass sees every job that ended meanwhile.  0: the pass comes at the end.
+    main_pass_delay_s: float = 0.0
     name: str = "slurm-backfill-tree"
     _tree: TreePlacement | None = None
 

@@ -223,3 +223,29 @@ def test_from_2405_3_a_closer_leaf_that_holds_the_rest_wins() -> None:
     assert TreePlacement(fabric, order).place(free, 4) == ["cn17", "cn18", "cn19", "cn08"]
     closer = TreePlacement(fabric, order, closer_first=True)
     assert closer.place(free, 4) == ["cn17", "cn18", "cn19", "cn28"]
+
+
+def test_main_pass_waits_for_the_epilog_and_sees_every_end_before_it(tmp_path: Path) -> None:
+    # Slurm 22.05 calls schedule() for a job's end when its epilog-complete message arrives
+    # (src/slurmctld/proc_req.c, _slurm_rpc_epilog_complete(): job_epilog_complete() true ->
+    # schedule(false)), not at the end itself.  Two leaves of four nodes: jobs 1-3 take
+    # gpu1-2, gpu3-4 and gpu5-6; job 4 (4 nodes) waits.  Jobs 1 and 2 end 20 ms apart at
+    # 100, between backfill passes (90, 120).  A main pass at the first end sees gpu1-2 and
+    # gpu7-8 free and spreads job 4 over both leaves; the pass 0.15 s later, when job 1's
+    # epilog completes, sees job 2 ended too and puts job 4 on leaf 1 whole.
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "submit_s,duration_s,gpus,nodes,gpus_per_node,time_limit_s\n"
+        "0,100,16,2,8,200\n0,100.02,16,2,8,200\n0,1000,16,2,8,2000\n0,50,32,4,8,200\n"
+    )
+    placed = {}
+    for delay in (0.0, 0.15):
+        result = simulate(
+            read_trace(trace, "csv"), parse_fabric_spec("fat-tree:8:4"),
+            "slurm-backfill-tree", OFF, bf_interval_s=30, main_pass_delay_s=delay,
+        )  # fmt: skip
+        job = next(o for o in result.outcomes if o.job.job_id == 4)
+        placed[delay] = (job.start, job.nodes)
+    assert placed[0.0] == (100.0, ("gpu0001", "gpu0002", "gpu0007", "gpu0008"))
+    assert placed[0.15][0] == pytest.approx(100.15)
+    assert placed[0.15][1] == ("gpu0001", "gpu0002", "gpu0003", "gpu0004")
