@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import random
 import re
@@ -289,6 +290,43 @@ def _log_times(slurm: SlurmSandbox, ids: list[int]) -> dict[int, tuple[float, fl
     return {j: (starts[j][0], ends[j], starts[j][1]) for j in ids if j in starts and j in ends}
 
 
+#: A start this close before the backfill agent's expected pass (s) may be that pass's: the
+#: expected times come from the logged phase and rhythm, off by up to a few tens of ms.
+PASS_TOLERANCE_S = 0.05
+
+
+def main_pass_delay(run: Run) -> float:
+    """Seconds from a job's end to the main pass it triggers: the median over the run's starts.
+
+    Slurm runs that pass when the job's epilog completes, 0.02-2 s after the end in the
+    sandbox.  A run holds each job's start (the controller log's, to the ms) and run time,
+    not which pass started it, so each start is paired with the last end (start + run time)
+    on any of its nodes at or before it, the end that freed them, and counts when it comes
+    before the backfill agent's next pass after that end (from ``bf_phase_s`` and
+    ``bf_interval`` plus ``bf_pass_s``, less :data:`PASS_TOLERANCE_S`): only a main pass
+    starts jobs then.  0 when the run has no pass rhythm (no log: whole-second times) or
+    no such start.
+    """
+    if run.bf_phase_s is None:
+        return 0.0
+    period = run.params["bf_interval"] + run.bf_pass_s
+    ends = {job: started + run.run_s[job] for job, started in run.start.items()}
+    gaps = []
+    for job, at in run.start.items():
+        nodes = set(run.nodes[job])
+        freed = [
+            end for other, end in ends.items()
+            if end <= at and other != job and nodes.intersection(run.nodes[other])
+        ]  # fmt: skip
+        if not freed:
+            continue
+        end = max(freed)
+        next_pass = run.bf_phase_s + math.ceil((end - run.bf_phase_s) / period) * period
+        if at < next_pass - PASS_TOLERANCE_S:
+            gaps.append(at - end)
+    return statistics.median(gaps) if gaps else 0.0
+
+
 def _simulate(real: Run, fabric: Fabric) -> Run:
     """The same jobs through ``slurm-backfill-tree``, each for the time it ran in ``real``."""
     jobs = tuple(
@@ -317,6 +355,7 @@ def _simulate(real: Run, fabric: Fabric) -> Run:
         clock_origin_s=real.origin_s,
         bf_phase_s=real.bf_phase_s,
         bf_pass_s=real.bf_pass_s,
+        main_pass_delay_s=main_pass_delay(real),
     )
     sim = {o.job.job_id: o for o in result.outcomes}
     return Run(
