@@ -18,8 +18,10 @@ its wave, keeps one extra wave early on from counting against every later job.
 
 Slurm's main passes run when a job's nodes report their epilogs complete
 (0.02-2 s after its end in the sandbox) and its backfill passes drift by a few
-milliseconds each, so a start can come a few seconds later than the
-simulator's and, if another job ends meanwhile, on other nodes.  Jobs last minutes (the 5-40 s of
+milliseconds each; the simulator replays each run's median delay from an end
+to its pass (:func:`main_pass_delay`), so a start whose epilog took longer can
+still come a few seconds later than the simulator's and, if another job ends
+meanwhile, on other nodes.  Jobs last minutes (the 5-40 s of
 the first version of this test, stretched by :data:`STRETCH`) so that such
 shifts rarely change the outcome; one run can still differ from the next.
 Every difference is printed; ``docs/simulator.md`` lists those of the last run.
