@@ -395,8 +395,14 @@ def compare(ref: Run, other: Run, label: str) -> list[str]:
 
 def replay(path: Path, fabric: Fabric) -> list[str]:
     """A saved real run (``SLURMOPT_SIM_VS_SLURM_SAVE``) against the simulation as it is now."""
+    real = load_run(path)
+    return compare(real, _simulate(real, fabric), path.stem)
+
+
+def load_run(path: Path) -> Run:
+    """A real run saved by ``SLURMOPT_SIM_VS_SLURM_SAVE``."""
     data = json.loads(path.read_text())
-    real = Run(
+    return Run(
         workload=[(a, b, c, d) for a, b, c, d in data["workload"]],
         start={int(k): v for k, v in data["start"].items()},
         nodes={int(k): v for k, v in data["nodes"].items()},
@@ -407,7 +413,6 @@ def replay(path: Path, fabric: Fabric) -> list[str]:
         bf_phase_s=data.get("bf_phase_s"),
         bf_pass_s=data.get("bf_pass_s", 0.0),
     )
-    return compare(real, _simulate(real, fabric), path.stem)
 
 
 @pytest.mark.timeout(300 * STRETCH * RUNS * len(SEEDS) + 60)
