@@ -123,6 +123,8 @@ class PlannerCore(ABC):
         #: ``(clock, time)``: the pass plans no further job once ``clock()`` reaches ``time``.
         self.deadline = deadline
         self.fabric = fabric
+        #: topology/block: every multi-node job stays inside one block (:meth:`_segment`).
+        self._block_fabric = "block_sizes" in fabric.graph.graph and bool(fabric.domains())
         self.policy = policy
         self.now = now
         self.jobs = jobs
@@ -299,17 +301,39 @@ class PlannerCore(ABC):
             }
         return domain not in self.broken_domains
 
-    @staticmethod
-    def _segment(job: Job) -> int | None:
+    def _segment(self, job: Job) -> int | None:
         """Nodes per group that must share one NVLink domain; None when the job asks none.
 
         The job's own tag (``domain``: all its nodes; ``domain=S``) or
-        Slurm's ``--segment``; the whole-job ask is the stricter and wins.
+        Slurm's ``--segment``; the whole-job ask is the stricter and wins.  On a
+        topology/block fabric every multi-node job asks one block: Slurm's
+        ``eval_nodes_block`` places a job without ``--segment`` inside one
+        block, and leaves nodes pinned across two pending for ever.
         """
         asked = domain_ask(job.admin_comment) if job.admin_comment else None
         if asked == 0:
             return max(job.node_count, 1)
-        return job.segment_size or asked
+        if job.segment_size or asked:
+            return job.segment_size or asked
+        if self._block_fabric and job.node_count > 1:
+            return job.node_count
+        return None
+
+    def _beyond_one_block(self, job: Job) -> str | None:
+        """Why a job is left to Slurm on a topology/block fabric: more nodes than a block has.
+
+        Slurm places such a job on aggregated blocks (``BlockSizes``), which
+        the planner does not model; pinning it elsewhere would strand it.
+        """
+        if not self._block_fabric or job.segment_size:
+            return None
+        largest = max((len(nodes) for nodes in self.fabric.domains().values()), default=0)
+        if job.node_count <= largest:
+            return None
+        return (
+            f"{job.node_count} nodes are more than one topology/block block holds ({largest}); "
+            "Slurm places it over aggregated blocks (BlockSizes); left to Slurm"
+        )
 
     # -- per-node tests ----------------------------------------------------------------------
     def _constraint(self, job: Job) -> Constraint | None:
@@ -414,6 +438,10 @@ class PlannerCore(ABC):
         settled = self.settled.get(request) if request is not None else None
         if settled is not None:
             self._unplaced(job, settled.reason, settled.detail)
+            return
+        beyond = self._beyond_one_block(job)
+        if beyond is not None:
+            self._unplaced(job, Reason.UNSUPPORTED_REQUEST, beyond)
             return
         constraint = self._constraint(job)
         if constraint is None:
