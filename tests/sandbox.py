@@ -26,6 +26,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
+from slurmopt.fabric import Fabric
+from slurmopt.fabric.topology_conf import load_topology_conf
 from slurmopt.model import Job
 from slurmopt.slurm.parse import parse_jobs
 
@@ -203,3 +207,18 @@ class SlurmSandbox:
                 return
             time.sleep(0.3)
         raise AssertionError("sandbox did not return to idle within 60 s")
+
+
+def fixture_fabric(slurm: SlurmSandbox, fixture: Path, up_args: str) -> Fabric:
+    """The sandbox's own topology.conf, which a test needs to be ``fixture``'s; fails otherwise.
+
+    Tests of one fabric would otherwise misread another sandbox's placements;
+    ``up_args`` goes into the message that says how to start the right one.
+    """
+    conf = Path(slurm.conf).parent / "topology.conf"
+    if conf.read_text() != fixture.read_text():
+        pytest.fail(
+            f"{slurm.dir} does not run {fixture.name}: start it with `scripts/slurm-sandbox up "
+            f"{up_args} --topology {fixture} --dir DIR` and set SLURMOPT_SANDBOX_DIR=DIR"
+        )
+    return load_topology_conf(conf, slurm.node_names())

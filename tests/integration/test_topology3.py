@@ -27,11 +27,10 @@ import pytest
 
 from slurmopt.daemon.heartbeat import write_heartbeat
 from slurmopt.fabric import Fabric
-from slurmopt.fabric.topology_conf import load_topology_conf
 from slurmopt.hostlist import fold
 from slurmopt.sim.slurm_baseline import TreePlacement
 from tests.integration.test_daemon import CtldLog, DaemonRun, _busy, _running, _started_record
-from tests.sandbox import SlurmSandbox
+from tests.sandbox import SlurmSandbox, fixture_fabric
 
 pytestmark = [pytest.mark.slurm, pytest.mark.clos3]
 
@@ -47,13 +46,7 @@ SIZES = (2, 3, 4, 5, 7)
 @pytest.fixture
 def fabric(slurm: SlurmSandbox) -> Fabric:
     """The sandbox's own topology.conf, which must be the three-tier fixture's."""
-    conf = Path(slurm.conf).parent / "topology.conf"
-    if conf.read_text() != FIXTURE.read_text():
-        pytest.fail(
-            f"{slurm.dir} does not run {FIXTURE.name}: start it with `scripts/slurm-sandbox up "
-            f"--topology {FIXTURE} --port-base 7117 --dir DIR` and set SLURMOPT_SANDBOX_DIR=DIR"
-        )
-    return load_topology_conf(conf, slurm.node_names())
+    return fixture_fabric(slurm, FIXTURE, "--port-base 7117")
 
 
 def _leaves(fabric: Fabric, nodes: list[str]) -> set[str]:
