@@ -2,8 +2,9 @@
 
 ``tests/fixtures/sim_vs_slurm/`` keeps real runs of the sandbox's Slurm 22.05 as
 ``tests/integration/test_sim_vs_slurm.py`` saved them (``SLURMOPT_SIM_VS_SLURM_SAVE``):
-two batches of five seeds on the default 32-node sandbox (``earlier``, ``new``), the
-7919 mix and seed 7 on the three-tier sandbox, two runs per seed where there are two.
+the test's own seed 2023 and two batches of five seeds on the default 32-node sandbox
+(``default``, ``earlier``, ``new``), the 7919 mix and seed 7 on the three-tier sandbox,
+two runs per seed where there are two.
 Each seed must reach the validation's target, at least 90% of jobs agreeing or the noise
 floor (run 2 against run 1), so a change to the model that loses what it was validated on
 fails here, not only on the next run against the sandbox.  ``earlier/seed-202``'s backfill
@@ -22,6 +23,7 @@ from tests.integration.test_sim_vs_slurm import AGREEMENT, JOBS, compare, load_r
 
 ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "sim_vs_slurm"
 FABRIC = {
+    "default": ROOT / "sandbox-topology.conf",
     "earlier": ROOT / "sandbox-topology.conf",
     "new": ROOT / "sandbox-topology.conf",
     "mix": ROOT / "sandbox-topology.conf",
@@ -42,7 +44,7 @@ SEEDS = _seeds()
 
 def test_every_batch_is_kept() -> None:
     assert {batch for batch, _, _ in SEEDS} == set(FABRIC)
-    assert len(SEEDS) == 12
+    assert len(SEEDS) == 13
 
 
 @pytest.mark.parametrize(("batch", "seed", "runs"), SEEDS, ids=[f"{b}-{s}" for b, s, _ in SEEDS])
