@@ -19,7 +19,6 @@ from slurmopt.policy.domains import (
     domain_sizes,
     group_by_domain,
     pick_in_domains,
-    required_domain,
     segment_problem,
 )
 from slurmopt.policy.placement import Breaks, choose_leaves
@@ -69,9 +68,7 @@ class GangPlacement(PlannerCore):
         segment = self._segment(job)
         pinned = None  # the NVLink domain of a domain-asking job's required nodes
         if required and segment is not None:
-            pinned, problem = required_domain(
-                required, k, segment, len(self.fabric.domains()), self.fabric.domain_of
-            )
+            pinned, problem = self._required_domain(job, k, segment)
             if problem is not None:
                 return Failure(Reason.NEEDS_NODES_IN_ONE_DOMAIN, problem)
         if required:

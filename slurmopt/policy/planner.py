@@ -24,6 +24,7 @@ from slurmopt.model import ClusterSnapshot, Job, Node, Partition
 from slurmopt.policy.backfill import INFINITY
 from slurmopt.policy.cache import Layout, PlannerCache
 from slurmopt.policy.decisions import Action, Plan, Reason, Reservation, Start, Unplaced
+from slurmopt.policy.domains import required_domain
 from slurmopt.policy.fragmentation import JobShape
 from slurmopt.policy.knobs import Policy
 from slurmopt.policy.ordering import not_eligible
@@ -123,8 +124,13 @@ class PlannerCore(ABC):
         #: ``(clock, time)``: the pass plans no further job once ``clock()`` reaches ``time``.
         self.deadline = deadline
         self.fabric = fabric
-        #: topology/block: every multi-node job stays inside one block (:meth:`_segment`).
-        self._block_fabric = "block_sizes" in fabric.graph.graph and bool(fabric.domains())
+        #: topology/block: every multi-node job stays inside one block (:meth:`_segment`); the
+        #: nodes of its largest block (0 on other fabrics).
+        self._largest_block = (
+            max(map(len, fabric.domains().values()), default=0)
+            if "block_sizes" in fabric.graph.graph
+            else 0
+        )
         self.policy = policy
         self.now = now
         self.jobs = jobs
@@ -313,11 +319,10 @@ class PlannerCore(ABC):
         asked = domain_ask(job.admin_comment) if job.admin_comment else None
         if asked == 0:
             return max(job.node_count, 1)
-        if job.segment_size or asked:
-            return job.segment_size or asked
-        if self._block_fabric and job.node_count > 1:
+        segment = job.segment_size or asked
+        if segment is None and self._largest_block and job.node_count > 1:
             return job.node_count
-        return None
+        return segment
 
     def _beyond_one_block(self, job: Job) -> str | None:
         """Why a job is left to Slurm on a topology/block fabric: more nodes than a block has.
@@ -325,14 +330,20 @@ class PlannerCore(ABC):
         Slurm places such a job on aggregated blocks (``BlockSizes``), which
         the planner does not model; pinning it elsewhere would strand it.
         """
-        if not self._block_fabric or job.segment_size:
-            return None
-        largest = max((len(nodes) for nodes in self.fabric.domains().values()), default=0)
-        if job.node_count <= largest:
+        largest = self._largest_block
+        if not largest or job.segment_size or job.node_count <= largest:
             return None
         return (
             f"{job.node_count} nodes are more than one topology/block block holds ({largest}); "
             "Slurm places it over aggregated blocks (BlockSizes); left to Slurm"
+        )
+
+    def _required_domain(self, job: Job, k: int, segment: int) -> tuple[str | None, str | None]:
+        """The domain a node-pinned, domain-asking job's other nodes come from, or why none can
+        (:func:`~slurmopt.policy.domains.required_domain` on this fabric)."""
+        fabric = self.fabric
+        return required_domain(
+            list(job.required_nodes), k, segment, len(fabric.domains()), fabric.domain_of
         )
 
     # -- per-node tests ----------------------------------------------------------------------

@@ -20,7 +20,6 @@ from slurmopt.policy.domains import (
     domain_sizes,
     group_by_domain,
     pick_in_domains,
-    required_domain,
     segment_problem,
 )
 from slurmopt.policy.placement import choose_leaves
@@ -173,9 +172,7 @@ class Reservations(PlannerCore):
         segment = self._segment(job)
         if required and segment is not None:
             domain_of = self.fabric.domain_of
-            pinned, _ = required_domain(
-                sorted(required), k, segment, len(self.fabric.domains()), domain_of
-            )
+            pinned, _ = self._required_domain(job, k, segment)
             if pinned is None:
                 return None
             when = {
