@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from benchmarks.policies.runs import load_window
+from benchmarks.policies.runs import Case, case_inputs
 from benchmarks.policies.settings import DEFAULT_TRACES, GPUS_PER_NODE, TRACES, check_traces
 
 #: Jobs listed by how much longer or shorter they waited under the contender.
@@ -76,13 +76,15 @@ def _replay(
     label: str, fabric_spec: str, load: float, policy: str, without: Collection[int], root: Path
 ) -> tuple[float, list[Wait]]:
     from slurmopt.sim import CommModel, scale_load, simulate
-    from slurmopt.sim.fabrics import parse_fabric_spec
 
     spec = next(t for t in TRACES if t.label == label)
-    trace = load_window(str(root / spec.relpath), spec.fmt, spec.limit_jobs, spec.skip_jobs)
-    fabric = parse_fabric_spec(fabric_spec)
+    case = Case(
+        label, str(root / spec.relpath), spec.fmt, spec.limit_jobs, fabric_spec, load, True,
+        policy, spec.skip_jobs,
+    )  # fmt: skip
     # The load is scaled with every job in, so leaving one out moves no other arrival.
-    scaled, _ = scale_load(trace, len(fabric.compute_nodes) * GPUS_PER_NODE, load)
+    trace, fabric, total = case_inputs(case)
+    scaled, _ = scale_load(trace, total, load)
     scaled = replace(scaled, jobs=tuple(j for j in scaled.jobs if j.job_id not in without))
     result = simulate(scaled, fabric, policy, CommModel(True), GPUS_PER_NODE)
     waits = [

@@ -71,11 +71,19 @@ class Case:
     skip_jobs: int = 0
 
 
+def case_inputs(case: Case) -> tuple[Any, Any, int]:
+    """A case's trace window, its fabric, and the fabric's GPUs (what its load is scaled to)."""
+    from slurmopt.sim.fabrics import parse_fabric_spec
+
+    trace = load_window(case.path, case.fmt, case.limit_jobs, case.skip_jobs)
+    fabric = parse_fabric_spec(case.fabric)
+    return trace, fabric, len(fabric.compute_nodes) * GPUS_PER_NODE
+
+
 def run_case(case: Case, series: bool = False) -> dict[str, Any]:
     """Replay one case; the policy's metrics plus what the load scaling did."""
     from slurmopt.errors import SlurmoptError
     from slurmopt.sim import CommModel, scale_load, simulate
-    from slurmopt.sim.fabrics import parse_fabric_spec
 
     out: dict[str, Any] = {
         "label": case.label,
@@ -84,9 +92,7 @@ def run_case(case: Case, series: bool = False) -> dict[str, Any]:
         "policy": case.policy,
         "metrics": {},
     }
-    trace = load_window(case.path, case.fmt, case.limit_jobs, case.skip_jobs)
-    fabric = parse_fabric_spec(case.fabric)
-    total = len(fabric.compute_nodes) * GPUS_PER_NODE
+    trace, fabric, total = case_inputs(case)
     try:
         scaled, out["arrival_scale"] = scale_load(trace, total, case.load)
     except SlurmoptError as exc:  # a load the window cannot offer: reported, not fatal
