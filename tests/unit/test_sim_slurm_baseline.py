@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,25 +17,28 @@ from slurmopt.fabric.topology_conf import load_topology_conf
 from slurmopt.hostlist import expand
 from slurmopt.sim import CommModel, read_trace, simulate
 from slurmopt.sim.fabrics import parse_fabric_spec
+from slurmopt.sim.metrics import JobOutcome
 from slurmopt.sim.slurm_baseline import TreePlacement
 
 OFF = CommModel(enabled=False)
 HEADER = "submit_s,duration_s,gpus,time_limit_s\n"
 
 
+def _outcomes(tmp_path: Path, csv: str, fabric: str, **knobs: Any) -> list[JobOutcome]:
+    """The trace ``csv`` replayed under ``slurm-backfill-tree`` on ``fabric`` with ``knobs``."""
+    trace = tmp_path / "t.csv"
+    trace.write_text(csv)
+    result = simulate(
+        read_trace(trace, "csv"), parse_fabric_spec(fabric), "slurm-backfill-tree", OFF, **knobs
+    )
+    return list(result.outcomes)
+
+
 def _starts(
     tmp_path: Path, rows: str, fabric: str, bf_interval_s: float
 ) -> dict[int, float | None]:
-    trace = tmp_path / "t.csv"
-    trace.write_text(HEADER + rows)
-    result = simulate(
-        read_trace(trace, "csv"),
-        parse_fabric_spec(fabric),
-        "slurm-backfill-tree",
-        OFF,
-        bf_interval_s=bf_interval_s,
-    )
-    return {o.job.job_id: o.start for o in result.outcomes}
+    outcomes = _outcomes(tmp_path, HEADER + rows, fabric, bf_interval_s=bf_interval_s)
+    return {o.job.job_id: o.start for o in outcomes}
 
 
 def test_idle_backfill_agent_passes_at_once(tmp_path: Path) -> None:
@@ -63,15 +67,11 @@ def test_backfill_passes_drift_by_their_own_duration(tmp_path: Path) -> None:
     # start at 0; job 3 (2 nodes) blocks the partition, so job 4 waits for backfill.  Job 2
     # ends at 20.05: after the nominal pass at 20 but before the drifted one, which
     # backfills job 4 on its node at 20.08; on a fixed 5 s rhythm it would wait until 25.
-    trace = tmp_path / "t.csv"
-    trace.write_text(HEADER + "0,1000,24,1000\n0,20.05,8,1000\n0,100,16,1000\n0,10,8,10\n")
+    rows = HEADER + "0,1000,24,1000\n0,20.05,8,1000\n0,100,16,1000\n0,10,8,10\n"
     starts = {}
     for pass_s in (0.0, 0.02):
-        result = simulate(
-            read_trace(trace, "csv"), parse_fabric_spec("fat-tree:4:4"),
-            "slurm-backfill-tree", OFF, bf_interval_s=5, bf_pass_s=pass_s,
-        )  # fmt: skip
-        starts[pass_s] = {o.job.job_id: o.start for o in result.outcomes}
+        outcomes = _outcomes(tmp_path, rows, "fat-tree:4:4", bf_interval_s=5, bf_pass_s=pass_s)
+        starts[pass_s] = {o.job.job_id: o.start for o in outcomes}
     assert starts[0.0] == {1: 0.0, 2: 0.0, 3: 1000.0, 4: 25.0}
     assert starts[0.02][4] == pytest.approx(20.08)
     assert {j: starts[0.02][j] for j in (1, 2, 3)} == {1: 0.0, 2: 0.0, 3: 1000.0}
@@ -233,18 +233,16 @@ def test_main_pass_waits_for_the_epilog_and_sees_every_end_before_it(tmp_path: P
     # 100, between backfill passes (90, 120).  A main pass at the first end sees gpu1-2 and
     # gpu7-8 free and spreads job 4 over both leaves; the pass 0.15 s later, when job 1's
     # epilog completes, sees job 2 ended too and puts job 4 on leaf 1 whole.
-    trace = tmp_path / "t.csv"
-    trace.write_text(
+    rows = (
         "submit_s,duration_s,gpus,nodes,gpus_per_node,time_limit_s\n"
         "0,100,16,2,8,200\n0,100.02,16,2,8,200\n0,1000,16,2,8,2000\n0,50,32,4,8,200\n"
     )
     placed = {}
     for delay in (0.0, 0.15):
-        result = simulate(
-            read_trace(trace, "csv"), parse_fabric_spec("fat-tree:8:4"),
-            "slurm-backfill-tree", OFF, bf_interval_s=30, main_pass_delay_s=delay,
-        )  # fmt: skip
-        job = next(o for o in result.outcomes if o.job.job_id == 4)
+        outcomes = _outcomes(
+            tmp_path, rows, "fat-tree:8:4", bf_interval_s=30, main_pass_delay_s=delay
+        )
+        job = next(o for o in outcomes if o.job.job_id == 4)
         placed[delay] = (job.start, job.nodes)
     assert placed[0.0] == (100.0, ("gpu0001", "gpu0002", "gpu0007", "gpu0008"))
     assert placed[0.15][0] == pytest.approx(100.15)
